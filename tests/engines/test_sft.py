@@ -1,0 +1,77 @@
+"""The SFT warm-up on a tiny random model: targets, micro-batch equivalence, learning, order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advrag.agents.types import Trajectory
+from advrag.engines.local.policy import TrainablePolicy
+from advrag.engines.local.sft import SFTConfig, batches_of, nll_loss, sft_step, supervised_finetune
+from advrag.engines.local.tokenize import encode_trajectories
+from models.loading import load_policy
+
+
+def _demos() -> list[Trajectory]:
+    demos = []
+    for name, answer in [("Ada", "Tarn"), ("Bo", "Ost"), ("Cy", "Vell"), ("Di", "Rask")]:
+        traj = Trajectory()
+        traj.add(f"Question: where was {name} born?\n", "prompt")
+        traj.add(f"<search> {name} born in </search>", "policy")
+        traj.add(f"<information>{name} was born in {answer}.</information>", "env")
+        traj.add(f"<answer> {answer} </answer>", "policy")
+        demos.append(traj)
+    return demos
+
+
+def _policy(model_dir) -> tuple[TrainablePolicy, object]:
+    torch.manual_seed(0)
+    loaded = load_policy(str(model_dir))
+    return TrainablePolicy(loaded.model, keep_reference=False), loaded.tokenizer
+
+
+def test_nll_counts_only_masked_tokens():
+    logprobs = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -4.0]])
+    mask = torch.tensor([[False, True, False], [False, True, True]])
+    assert float(nll_loss(logprobs, mask)) == pytest.approx(1.0 + 0.5 + 4.0)
+
+
+def test_step_learns_only_policy_tokens_and_micro_batches_do_not_change_it(tiny_policy_dir):
+    grads, losses = [], []
+    for micro in (1, 4):
+        policy, tokenizer = _policy(tiny_policy_dir)
+        batch = encode_trajectories(_demos(), tokenizer, max_len=256)
+        optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)
+        metrics = sft_step(policy, optimizer, batch, SFTConfig(micro_batch_size=micro))
+        policy_tokens = sum(len(tokenizer(s.text, add_special_tokens=False)["input_ids"])
+                            for d in _demos() for s in d.segments if s.source == "policy")
+        assert metrics["tokens"] == policy_tokens
+        losses.append(metrics["loss"])
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
+def test_repeated_epochs_lower_the_loss(tiny_policy_dir):
+    policy, tokenizer = _policy(tiny_policy_dir)
+    seen = []
+    history = supervised_finetune(
+        policy, tokenizer, _demos(), SFTConfig(lr=1e-2, epochs=6, batch_size=4),
+        on_step=lambda step, metrics: seen.append(step),
+    )
+    assert seen == list(range(6))
+    assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+
+
+def test_batches_walk_one_permutation_per_epoch():
+    steps = batches_of(5, SFTConfig(batch_size=2, epochs=2, seed=3))
+    flat = [i for rows in steps for i in rows]
+    assert [len(rows) for rows in steps] == [2, 2, 2, 2, 2]  # 10 rows, epochs run together
+    assert sorted(flat[:5]) == sorted(flat[5:]) == [0, 1, 2, 3, 4]
+    assert steps == batches_of(5, SFTConfig(batch_size=2, epochs=2, seed=3))
+
+
+def test_no_demonstrations_is_a_clear_error(tiny_policy_dir):
+    policy, tokenizer = _policy(tiny_policy_dir)
+    with pytest.raises(ValueError, match="no demonstrations"):
+        supervised_finetune(policy, tokenizer, [], SFTConfig())
