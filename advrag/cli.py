@@ -127,6 +127,24 @@ def bm25(
     typer.echo(f"bm25 index → {out}")
 
 
+@app.command()
+def remote(
+    name: str = typer.Argument(..., help="Remote name, e.g. storage."),
+    url: str = typer.Argument(..., help="s3://bucket/prefix"),
+    endpoint_url: str | None = typer.Option(None, help="S3-compatible server (MinIO, moto), e.g. http://127.0.0.1:9000."),
+    default: bool = typer.Option(True, help="Make it the default remote for dvc push/pull."),
+) -> None:
+    """Point DVC at an S3 remote (credentials: AWS_* env or `dvc remote modify --local`)."""
+    from advrag.dataplane import DvcError, configure_s3_remote
+
+    try:
+        configure_s3_remote(name, url, endpoint_url, default=default)
+    except (ValueError, DvcError) as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"DVC remote {name!r} → {url}; now `dvc push -r {name}` / `dvc pull -r {name}`")
+
+
 @app.command("serve-retriever")
 def serve_retriever(
     index_dir: Path = typer.Option(Path("processed/index"), help="Index directory to serve."),

@@ -1,4 +1,5 @@
-"""The data plane around DVC: build the raw world, version it, reproduce stages.
+"""The data plane around DVC: build the raw world, version it, reproduce stages,
+and point DVC at an S3 remote.
 
 DVC owns the file-in/file-out stages in ``dvc.yaml`` (chunk → embed → index);
 this module only invokes DVC's CLI and reads its lock files, so Prefect and the
@@ -34,6 +35,31 @@ def run_dvc(args: list[str], root: Path = Path(".")) -> str:
             f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return proc.stdout
+
+
+def configure_s3_remote(name: str, url: str, endpoint_url: str | None = None, *,
+                        default: bool = True, root: Path = Path("."),
+                        access_key_id: str | None = None, secret_access_key: str | None = None) -> None:
+    """Point DVC at an S3 (or S3-compatible) remote; re-running replaces it.
+
+    ``endpoint_url`` is for MinIO, moto or other non-AWS servers. Credentials,
+    when given, go to the git-ignored ``.dvc/config.local``, never the committed
+    ``.dvc/config``; without them DVC uses boto3's usual chain (``AWS_*``
+    variables, ``~/.aws``, an instance role).
+    """
+    if not url.startswith("s3://") or len(url) <= len("s3://"):
+        raise ValueError(f"DVC S3 remote URL {url!r} must look like s3://bucket/prefix.")
+    if endpoint_url and not endpoint_url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint URL {endpoint_url!r} must start with http:// or https://, "
+                         "e.g. http://127.0.0.1:9000.")
+    if bool(access_key_id) != bool(secret_access_key):
+        raise ValueError("give both access_key_id and secret_access_key, or neither.")
+    run_dvc(["remote", "add", "--force", *(["--default"] if default else []), name, url], root)
+    if endpoint_url:
+        run_dvc(["remote", "modify", name, "endpointurl", endpoint_url], root)
+    if access_key_id:
+        run_dvc(["remote", "modify", "--local", name, "access_key_id", access_key_id], root)
+        run_dvc(["remote", "modify", "--local", name, "secret_access_key", secret_access_key], root)
 
 
 def build_world(out_dir: Path, *, seed: int, n_train: int, n_dev: int, n_test: int) -> Path:

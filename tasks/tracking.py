@@ -2,7 +2,11 @@
 
 Default store: SQLite at ``.mlflow/mlflow.db`` with artifacts under
 ``.mlflow/artifacts`` (project-local). ``MLFLOW_TRACKING_URI`` (or an explicit
-``uri``) points at a tracking server or another backend instead.
+``uri``) points at a tracking server or another backend instead (e.g.
+``postgresql://user@host:5432/mlflow``; see docs/storage.md).
+``ADVRAG_ARTIFACT_ROOT`` (e.g. ``s3://bucket/prefix``) puts new experiments'
+artifacts there; S3 endpoints and credentials come from MLflow's and boto3's
+own variables (``MLFLOW_S3_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 import mlflow
 
 DEFAULT_DIR = Path(".mlflow")
+ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 OWNER_HOST = "advrag.host"
 OWNER_PID = "advrag.pid"
 
@@ -37,16 +43,37 @@ def configure(uri: str | None = None) -> str:
 
 
 def ensure_experiment(name: str) -> str:
-    """Get or create an experiment; local stores get an explicit artifact dir."""
+    """Get or create an experiment (an existing one keeps its artifact location)."""
     found = mlflow.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
-    location = None
-    uri = mlflow.get_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        root = Path(uri.removeprefix("sqlite:///")).parent
-        location = (root / "artifacts" / name).resolve().as_uri()
+    location = artifact_location(name, mlflow.get_tracking_uri())
     return mlflow.create_experiment(name, artifact_location=location)
+
+
+def artifact_location(name: str, tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go.
+
+    ``$ADVRAG_ARTIFACT_ROOT/<name>`` when set (a URI such as ``s3://bucket/prefix``
+    or an absolute path); else beside a SQLite store; else, for a database
+    store, the project-local ``.mlflow/artifacts`` (MLflow's own default is
+    ``./mlruns`` of whatever the cwd is); a tracking server decides (None).
+    """
+    root = os.environ.get(ARTIFACT_ROOT_ENV, "").strip()
+    if root:
+        if "://" in root:
+            return f"{root.rstrip('/')}/{name}"
+        if not Path(root).is_absolute():
+            raise ValueError(f"{ARTIFACT_ROOT_ENV}={root!r} is neither a URI nor an absolute path: "
+                             "set it to e.g. s3://my-bucket/mlflow or /srv/mlflow-artifacts.")
+        return (Path(root) / name).as_uri()
+    if tracking_uri.startswith("sqlite:///"):
+        root_dir = Path(tracking_uri.removeprefix("sqlite:///")).parent
+    elif tracking_uri.startswith(DATABASE_SCHEMES):
+        root_dir = DEFAULT_DIR
+    else:
+        return None
+    return (root_dir / "artifacts" / name).resolve().as_uri()
 
 
 def client():
@@ -177,21 +204,23 @@ def download_model(uri: str, dst: Path | None = None) -> Path:
 
 
 def register_model_dir(run_id: str, local_dir: Path, name: str, *,
-                       alias: str | None = None, tags: dict[str, str] | None = None) -> str:
+                       alias: str | None = None, tags: dict[str, str] | None = None,
+                       artifact_path: str = "checkpoint") -> str:
     """Log a checkpoint directory under the run and register it as a new version.
 
     The version's files are the transformers checkpoint itself, so
     ``download_model("models:/<name>@<alias>")`` gives a directory that
-    ``models.loading.load_policy`` loads. Returns the version number.
+    ``models.loading.load_policy`` loads. A run registering several models
+    gives each its own ``artifact_path``. Returns the version number.
     """
     c = client()
-    c.log_artifacts(run_id, str(local_dir), artifact_path="checkpoint")
+    c.log_artifacts(run_id, str(local_dir), artifact_path=artifact_path)
     try:
         c.create_registered_model(name)
     except mlflow.exceptions.MlflowException as err:
         if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
             raise
-    source = f"{c.get_run(run_id).info.artifact_uri}/checkpoint"
+    source = f"{c.get_run(run_id).info.artifact_uri}/{artifact_path}"
     version = c.create_model_version(name, source, run_id=run_id, tags=tags).version
     if alias:
         c.set_registered_model_alias(name, alias, version)
