@@ -148,14 +148,13 @@ def test_tracking_on_postgresql(postgres_uri, tmp_path, monkeypatch):
         (ckpt / "weights.bin").write_bytes(bytes(range(256)) * n)
         checkpoints.append(ckpt)
 
-    with tracking.tracked_run("pg-exp", "pg-run", params={"opt": {"lr": 0.001}}) as run_id:
-        tracking.log_metrics(run_id, {"world/arr/em": 0.5}, step=0)
-        tracking.log_metrics(run_id, {"world/arr/em": 0.75}, step=1)
-        first = tracking.register_model_dir(run_id, checkpoints[0], "pg-reasoner",
-                                            alias="champion", tags={"data.version": "d1"})
-        second = tracking.register_model_dir(run_id, checkpoints[1], "pg-reasoner",
-                                             alias="champion", tags={"data.version": "d2"})
-    assert (first, second) == ("1", "2")
+    for n, ckpt in enumerate(checkpoints, start=1):  # two training runs, each registers a version
+        with tracking.tracked_run("pg-exp", f"pg-run-{n}", params={"opt": {"lr": 0.001}}) as run_id:
+            tracking.log_metrics(run_id, {"world/arr/em": 0.5}, step=0)
+            tracking.log_metrics(run_id, {"world/arr/em": 0.75}, step=1)
+            version = tracking.register_model_dir(run_id, ckpt, "pg-reasoner", alias="champion",
+                                                  tags={"data.version": f"d{n}"})
+        assert version == str(n)
 
     c = mlflow.MlflowClient()
     run = c.get_run(run_id)
@@ -167,6 +166,8 @@ def test_tracking_on_postgresql(postgres_uri, tmp_path, monkeypatch):
     assert (str(champion.version), champion.tags["data.version"]) == ("2", "d2")
     local = tracking.download_model("models:/pg-reasoner@champion", tmp_path / "dl")
     assert files_of(local) == files_of(checkpoints[1])
+    first = tracking.download_model("models:/pg-reasoner/1", tmp_path / "dl1")
+    assert files_of(first) == files_of(checkpoints[0])
     location = mlflow.get_experiment_by_name("pg-exp").artifact_location
     assert location == (tmp_path / ".mlflow" / "artifacts" / "pg-exp").resolve().as_uri()
 
