@@ -93,6 +93,16 @@ def load_config(path: Path | str, model: type[Strict]) -> Strict:
         raise ValueError(f"{path}: invalid {model.__name__}:\n{err}") from err
 
 
+class WarmupSection(Strict):
+    """SFT warm-up on grounded protocol demonstrations before RL (the cold start)."""
+
+    demonstrations: int = Field(64, ge=1, description="Training questions turned into demonstrations.")
+    sft: dict = Field(
+        default_factory=lambda: {"lr": 2e-4, "batch_size": 8},
+        description="Local-engine SFTConfig fields (lr, epochs, batch_size, micro_batch_size, …).",
+    )
+
+
 class TrainFlowConfig(Strict):
     """`advrag train`: GRPO on a Search-R1-style agent over the offline world."""
 
@@ -107,6 +117,10 @@ class TrainFlowConfig(Strict):
         description="Local-engine TrainConfig fields (lr, kl_coef, advantage, group_size, …).",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    warmup: WarmupSection | None = Field(
+        default_factory=WarmupSection,
+        description="SFT warm-up before GRPO (its LoRA is merged into the base); null skips it.",
+    )
     steps: int = Field(8, ge=1, description="GRPO updates to run (in total, across resumes).")
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     reward_metric: Literal["em", "f1"] = Field("f1", description="Answer score of the reward.")

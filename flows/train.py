@@ -15,15 +15,21 @@ from tasks import train as tr
 
 @flow(name="train", log_prints=True)
 def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -> dict:
-    """Resume → (batch → GRPO step → log → checkpoint)* → export → register → benchmark."""
+    """Warm-up → resume → (batch → GRPO step → log → checkpoint)* → export → register → benchmark."""
     tracking.configure()
     version = dataplane.data_version()
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": "train", "model": config.model}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
-        trainer, generator = tr.build_trainer(config)
         retriever = bench.load_retriever(retrieval_settings(config))
         records = bench.load_questions("world", retrieval_settings(config, split="train"))
+        start_model = config.model
+        if config.warmup is not None:
+            warm_dir, warm_history = tr.warm_up(config, retriever, records)
+            for i, metrics in enumerate(warm_history):
+                tracking.log_metrics(run_id, prefixed("warmup/", metrics), step=i)
+            start_model = str(warm_dir)
+        trainer, generator = tr.build_trainer(config, start_model)
         history = []
         for step in range(tr.resume_latest(trainer, config.checkpoint_dir), config.steps):
             batch = tr.batch_for_step(records, step, config.questions_per_step, trainer.config.seed)
@@ -52,7 +58,10 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
         )
     results = {"run_id": run_id, "model_dir": str(model_dir), "version": model_version}
     if config.evaluate is not None:
-        for name, spec in (("base", config.model), ("trained", str(model_dir))):
+        models = {"base": config.model, "warmup": start_model, "trained": str(model_dir)}
+        for name, spec in models.items():
+            if name == "warmup" and spec == config.model:
+                continue
             evaluation = benchmark(
                 config.evaluate.model_copy(update={"model": spec}), run_name=f"{run_name}-{name}"
             )
@@ -61,6 +70,11 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
             config.registered_model, model_version, benchmark_tags(evaluation)
         )
     return results
+
+
+def prefixed(prefix: str, metrics: dict[str, float]) -> dict[str, float]:
+    """``{"loss": 1}`` → ``{"warmup/loss": 1}``."""
+    return {prefix + key: value for key, value in metrics.items()}
 
 
 def benchmark_tags(evaluation: dict) -> dict[str, str]:

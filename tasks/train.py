@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -13,23 +14,69 @@ from advrag.core.rewards import answer_reward
 from advrag.datasets.records import QARecord
 
 
-@task(cache_policy=NO_CACHE)
-def build_trainer(config: TrainFlowConfig):
-    """Policy (LoRA or full) + trainer + a sampling generator sharing its weights."""
-    from advrag.engines.local.generation import HFGenerator
+def _policy(model_spec: str, config: TrainFlowConfig, *, keep_reference: bool):
+    """The model of ``model_spec`` as a TrainablePolicy (LoRA or full), and its tokenizer."""
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
-    from advrag.engines.local.trainer import LocalTrainer, TrainConfig
     from models.loading import load_policy
 
-    loaded = load_policy(config.model, dtype="float32")
-    optim = TrainConfig(**config.optim)  # steps may grow across resumes; the schedule may not
+    loaded = load_policy(model_spec, dtype="float32")
     lora = LoraSettings(**config.lora) if config.lora is not None else None
-    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=optim.kl_coef > 0,
+    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=keep_reference,
                              cpu_bf16=config.cpu_bf16)
-    trainer = LocalTrainer(policy, loaded.tokenizer, optim)
-    generator = HFGenerator(
-        policy.model, loaded.tokenizer, temperature=config.temperature, batch_size=64
-    )
+    return policy, loaded.tokenizer
+
+
+@task(cache_policy=NO_CACHE)
+def warm_up(config: TrainFlowConfig, retriever, records: list[QARecord]):
+    """SFT on grounded demonstrations, merged into the base: where RL starts.
+
+    Returns ``(model_dir, per-step metrics)``. The merged model is kept in
+    ``checkpoint_dir/warmup`` and reused by reruns and resumes (no metrics then);
+    a directory written under other settings is an error, not silently reused.
+    """
+    from advrag.curation.demonstrations import build_demonstrations
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.local.sft import SFTConfig, supervised_finetune
+
+    out = config.checkpoint_dir / "warmup"
+    settings = {"model": config.model, "lora": config.lora, **config.warmup.model_dump()}
+    if _reuse_warmup(out, settings):
+        return out, []
+    policy, tokenizer = _policy(config.model, config, keep_reference=False)
+    chat_prompt = HFGenerator(policy.model, tokenizer).chat_prompt
+    demos = build_demonstrations(records, retriever, chat_prompt, topk=config.topk,
+                                 max_turns=config.max_turns, limit=config.warmup.demonstrations)
+    history = supervised_finetune(policy, tokenizer, demos, SFTConfig(**config.warmup.sft))
+    save_merged(policy.model, tokenizer, out, settings)
+    return out, history
+
+
+def _reuse_warmup(out: Path, settings: dict) -> bool:
+    """True if ``out`` holds a warm-up made with ``settings``; raises if made with others."""
+    marker = out / "warmup.json"
+    if not marker.is_file():
+        return False
+    if json.loads(marker.read_text()) != json.loads(json.dumps(settings)):
+        raise ValueError(f"{out} holds a warm-up made with other settings ({marker}); "
+                         "delete it or use another checkpoint_dir.")
+    return True
+
+
+@task(cache_policy=NO_CACHE)
+def build_trainer(config: TrainFlowConfig, model_spec: str):
+    """Policy of ``model_spec`` (LoRA or full) + trainer + a generator sharing its weights.
+
+    The generator samples under the policy's autocast (bf16 on native-bf16
+    CPUs when ``cpu_bf16``), as the old log-probs are computed.
+    """
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.local.trainer import LocalTrainer, TrainConfig
+
+    optim = TrainConfig(**config.optim)  # steps may grow across resumes; the schedule may not
+    policy, tokenizer = _policy(model_spec, config, keep_reference=optim.kl_coef > 0)
+    trainer = LocalTrainer(policy, tokenizer, optim)
+    generator = HFGenerator(policy.model, tokenizer, temperature=config.temperature,
+                            batch_size=64, autocast=policy.autocast)
     return trainer, generator
 
 
@@ -90,14 +137,20 @@ def save_checkpoint(trainer, checkpoint_dir: Path, next_step: int) -> Path:
 @task(cache_policy=NO_CACHE)
 def export_model(trainer, out_dir: Path) -> Path:
     """A plain transformers checkpoint of the trained policy (LoRA merged in)."""
+    return save_merged(trainer.policy.model, trainer.tokenizer, out_dir)
+
+
+def save_merged(model, tokenizer, out_dir: Path, settings: dict | None = None) -> Path:
+    """Save ``model`` with any LoRA merged in (and ``settings`` as warmup.json), atomically."""
     from advrag.fileio import atomic_dir
 
-    model = trainer.policy.model
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
-        trainer.tokenizer.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if settings is not None:
+            (tmp / "warmup.json").write_text(json.dumps(settings, indent=2))
     return out_dir
 
 

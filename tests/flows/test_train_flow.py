@@ -13,7 +13,7 @@ from models.loading import load_policy
 from tasks import tracking
 
 STEP_METRICS = {"reward_mean", "reward_std", "loss", "kl", "clip_fraction", "grad_norm",
-                "entropy", "tokens_per_s", "searches", "lr"}
+                "entropy", "tokens_per_s", "searches", "lr", "rollout_s", "score_s", "update_s"}
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,7 @@ def config(tmp_path, world, index, policy, steps, evaluate=None) -> TrainFlowCon
         world_dir=world, index_dir=index, experiment="train-test", registered_model="tiny-rl",
         optim={"lr": 1e-2, "group_size": 2, "micro_batch_size": 2, "max_seq_len": 512,
                "kl_coef": 0.01},
+        warmup={"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2}},
         evaluate=evaluate,
     )
 
@@ -48,6 +49,8 @@ def test_two_steps_train_log_checkpoint_register_and_benchmark(
     for name in STEP_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == [0, 1], name
+    warmup_loss = client.get_metric_history(run.info.run_id, "warmup/loss")
+    assert [m.step for m in warmup_loss] == [0, 1]  # 4 demonstrations, batches of 2
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"reward_curve.png", "checkpoints", "checkpoint"} <= artifacts
     assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {
@@ -64,8 +67,8 @@ def test_two_steps_train_log_checkpoint_register_and_benchmark(
     changed = [not torch.equal(a, b) for a, b in
                zip(trained.model.parameters(), base.model.parameters())]
     assert any(changed)
-    assert result["base"][("search_r1", "world")]["n"] == 2
-    assert result["trained"][("search_r1", "world")]["n"] == 2
+    for name in ("base", "warmup", "trained"):
+        assert result[name][("search_r1", "world")]["n"] == 2
 
 
 def test_rerun_resumes_from_the_latest_checkpoint(
@@ -76,3 +79,4 @@ def test_rerun_resumes_from_the_latest_checkpoint(
     second = train(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
     history = mlflow.MlflowClient().get_metric_history(second["run_id"], "reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoint
+    assert not mlflow.MlflowClient().get_metric_history(second["run_id"], "warmup/loss")

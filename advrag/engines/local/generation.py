@@ -8,7 +8,8 @@ agents' tag protocol expects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -23,17 +24,21 @@ class HFGenerator:
     """Greedy or sampled generation from a transformers model, batched.
 
     ``temperature=0`` means greedy decoding. ``batch_size`` bounds memory: a
-    call with more prompts runs in consecutive micro-batches.
+    call with more prompts runs in consecutive micro-batches. ``autocast``
+    (e.g. ``TrainablePolicy.autocast``) wraps every ``generate`` call, so
+    rollouts of an fp32 training model can sample in bf16.
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 16, max_prompt_tokens: int = 2048):
+                 batch_size: int = 16, max_prompt_tokens: int = 2048,
+                 autocast: Callable[[], AbstractContextManager] = nullcontext):
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.top_p = top_p
         self.batch_size = batch_size
         self.max_prompt_tokens = max_prompt_tokens
+        self.autocast = autocast
         self.generated_tokens = 0
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
@@ -62,13 +67,14 @@ class HFGenerator:
                   max_length=self.max_prompt_tokens, add_special_tokens=False)
         enc = enc.to(self.model.device)
         sampling = self.temperature > 0
-        out = self.model.generate(
-            **enc, max_new_tokens=max_new_tokens, do_sample=sampling,
-            temperature=self.temperature if sampling else None,
-            top_p=self.top_p if sampling else None, top_k=None,
-            stop_strings=list(stop) or None, tokenizer=tok,
-            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        )
+        with self.autocast():
+            out = self.model.generate(
+                **enc, max_new_tokens=max_new_tokens, do_sample=sampling,
+                temperature=self.temperature if sampling else None,
+                top_p=self.top_p if sampling else None, top_k=None,
+                stop_strings=list(stop) or None, tokenizer=tok,
+                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+            )
         new_tokens = out[:, enc["input_ids"].shape[1]:]
         self.generated_tokens += int((new_tokens != tok.pad_token_id).sum())
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)

@@ -1,14 +1,17 @@
 """A GRPO training step for the Search-R1 agent, as named steps: rollout → score → update.
 
-The generator must sample from the trainer's own weights: build it on
+The generator must sample from the trainer's own weights: either build it on
 ``trainer.policy.model`` (the same object, so every update is visible to the
-next rollout without copying) with ``temperature > 0``. Rollouts run with the
+next rollout without copying), or give it a ``push_weights(model)`` method
+(a separate inference engine such as vLLM), which is called after every
+update. Sample with ``temperature > 0``. Rollouts run with the
 model in ``eval()`` mode (the policy's resting mode; the update switches to
 ``train()`` and back).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -75,12 +78,17 @@ def grpo_step(
 ) -> dict[str, float]:
     """Rollout (``trainer.config.group_size`` per record) → score → update; returns all metrics.
 
+    The metrics include the step's time split: ``rollout_s``, ``score_s`` and
+    ``update_s`` (the update includes pushing weights to the generator).
+
     Args:
         records: the questions of this step; their ids are the GRPO group ids.
         reward_fn: ``(trajectory, record) → reward``.
         rollout_kwargs: for ``run_search_agent`` (``max_turns``, ``topk``, ``max_new_tokens``).
     """
+    timer = time.perf_counter
     trainer.policy.model.eval()
+    started = timer()
     trajectories, repeated = rollout(
         records,
         generator,
@@ -88,6 +96,13 @@ def grpo_step(
         group_size=trainer.config.group_size,
         rollout_kwargs=rollout_kwargs,
     )
+    rolled = timer()
     scores = score(trajectories, repeated, reward_fn)
+    scored = timer()
     metrics = trainer.update(trajectories, scores, [record.id for record in repeated])
-    return rollout_metrics(trajectories, scores) | metrics
+    push_weights = getattr(generator, "push_weights", None)
+    if push_weights is not None:
+        push_weights(trainer.policy.model)
+    seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
+               "update_s": timer() - scored}
+    return rollout_metrics(trajectories, scores) | metrics | seconds
