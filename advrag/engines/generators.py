@@ -1,0 +1,57 @@
+"""Choose the rollout generator by name: ``"hf"`` (transformers, default) or ``"vllm"``.
+
+Both implement ``advrag.agents.types.TextGenerator`` and give identical greedy
+output on the same weights. The vLLM generator also has ``push_weights(model)``,
+which the training step calls after every update; it starts from the
+checkpoint in ``model_dir`` and receives ``model``'s current weights right away,
+so it samples from exactly the policy being trained (a resumed or LoRA-wrapped
+one included). vLLM's engine dtype defaults to the model's parameter dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from torch import nn
+
+from advrag.agents.types import TextGenerator
+from advrag.engines.local.generation import HFGenerator
+
+
+def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, **options) -> TextGenerator:
+    """transformers ``generate`` on the training model itself (updates are visible at once)."""
+    return HFGenerator(model, tokenizer, **options)
+
+
+def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,
+                    **options) -> TextGenerator:
+    """A vLLM engine on ``model_dir``, loaded with ``model``'s current weights."""
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    options.setdefault("dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
+    generator = VLLMGenerator(model_dir, tokenizer, **options)
+    generator.push_weights(model)
+    return generator
+
+
+GENERATORS: dict[str, Callable[..., TextGenerator]] = {
+    "hf": _hf_generator,
+    "vllm": _vllm_generator,
+}
+
+
+def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | Path,
+                   **options) -> TextGenerator:
+    """The generator of ``backend`` for ``model`` (saved at ``model_dir``).
+
+    ``options`` go to the generator's constructor: sampling (``temperature``,
+    ``top_p``), ``batch_size``, ``max_prompt_tokens``, and for vLLM the engine
+    settings (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``,
+    ``seed``).
+    """
+    if backend not in GENERATORS:
+        raise ValueError(
+            f"unknown generation back-end {backend!r}: choose one of {sorted(GENERATORS)}."
+        )
+    return GENERATORS[backend](model, tokenizer, model_dir, **options)

