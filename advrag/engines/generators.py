@@ -5,7 +5,10 @@ output on the same weights. The vLLM generator also has ``push_weights(model)``,
 which the training step calls after every update; it starts from the
 checkpoint in ``model_dir`` and receives ``model``'s current weights right away,
 so it samples from exactly the policy being trained (a resumed or LoRA-wrapped
-one included). vLLM's engine dtype defaults to the model's parameter dtype.
+one included). vLLM's engine dtype defaults to the dtype the policy computes
+in: bf16 when the ``autocast`` option (``TrainablePolicy.autocast``, which the
+transformers generator wraps its calls in) is a bf16 autocast, else the
+parameters' dtype.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from advrag.agents.types import TextGenerator
@@ -29,10 +33,18 @@ def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,
     """A vLLM engine on ``model_dir``, loaded with ``model``'s current weights."""
     from advrag.engines.vllm.generation import VLLMGenerator
 
-    options.setdefault("dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
+    options.setdefault("dtype", _compute_dtype(model, options.pop("autocast", None)))
     generator = VLLMGenerator(model_dir, tokenizer, **options)
     generator.push_weights(model)
     return generator
+
+
+def _compute_dtype(model: nn.Module, autocast) -> str:
+    """The dtype ``model`` computes in under ``autocast`` (a context factory, or None)."""
+    context = autocast() if autocast is not None else None
+    if isinstance(context, torch.autocast):
+        return str(context.fast_dtype).removeprefix("torch.")
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 GENERATORS: dict[str, Callable[..., TextGenerator]] = {
@@ -46,9 +58,9 @@ def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | P
     """The generator of ``backend`` for ``model`` (saved at ``model_dir``).
 
     ``options`` go to the generator's constructor: sampling (``temperature``,
-    ``top_p``), ``batch_size``, ``max_prompt_tokens``, and for vLLM the engine
-    settings (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``,
-    ``seed``).
+    ``top_p``), ``batch_size``, ``max_prompt_tokens``, ``autocast`` (for vLLM it
+    only picks the default ``dtype``), and for vLLM the engine settings
+    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``).
     """
     if backend not in GENERATORS:
         raise ValueError(

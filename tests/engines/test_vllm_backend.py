@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from advrag.engines.generators import make_generator
+from advrag.engines.generators import _compute_dtype, make_generator
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.vllm.weights import checkpoint_weights
 from models.loading import load_policy
@@ -94,6 +94,14 @@ def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_di
     assert isinstance(generator, HFGenerator) and generator.batch_size == 4
     with pytest.raises(ValueError, match="unknown generation back-end 'tgi'.*'hf', 'vllm'"):
         make_generator("tgi", policy.model, policy.tokenizer, model_dir)
+
+
+def test_vllm_dtype_follows_the_policy_autocast(policy):
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    assert _compute_dtype(policy.model, bf16) == "bfloat16"
+    assert _compute_dtype(policy.model, None) == "float32"
+    assert _compute_dtype(policy.model.to(torch.float64), None) == "float64"
+    policy.model.to(torch.float32)
 
 
 def test_missing_vllm_says_how_to_install(monkeypatch):
@@ -187,3 +195,22 @@ def test_pushed_lora_adapter_is_merged(engine, policy):
     engine.push_weights(model)
     assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
     engine.push_weights(policy.model)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_make_generator_starts_from_the_models_current_weights(model_dir, policy):
+    """The factory's engine starts on the saved base, then samples the wrapped LoRA policy."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(copy.deepcopy(policy.model),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0.0, 0.1)
+    generator = make_generator("vllm", model, policy.tokenizer, model_dir, batch_size=4,
+                               kv_cache_gib=0.25, enforce_eager=True)
+    assert generator.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        model, policy.tokenizer
+    )
