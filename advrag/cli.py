@@ -193,6 +193,18 @@ def train(config: Path = typer.Option(Path("configs/train.yaml"), help=CONFIG_HE
     flow(load_config(config, TrainFlowConfig))
 
 
+@app.command("adversarial-rl")
+def adversarial_rl(
+    config: Path = typer.Option(Path("configs/arr.yaml"), help=CONFIG_HELP),
+    run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
+) -> None:
+    """Flow: ARR, train a reasoner and a verifier jointly (resumes from their latest checkpoints)."""
+    from advrag.config import AdversarialRLConfig, load_config
+    from flows.adversarial_rl import adversarial_rl as flow
+
+    flow(load_config(config, AdversarialRLConfig), run_name=run_name or config.stem)
+
+
 @app.command()
 def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """The main job: prepare the data, then benchmark all methods with SmolLM2."""

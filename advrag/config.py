@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
 
@@ -46,6 +46,9 @@ class BenchmarkConfig(Strict):
     """Which methods to evaluate, on what, with which model and retriever."""
 
     model: str = Field("smollm2", description="Policy: 'smollm2', a directory, a .gguf, a hub id or models:/name@alias.")
+    verifier_model: str | None = Field(
+        None, description="ARR's verifier policy (same specs as model); null = model plays both roles."
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="'auto' = bfloat16 where the CPU/GPU supports it, else float32."
     )
@@ -140,3 +143,90 @@ class TrainFlowConfig(Strict):
         default_factory=lambda: BenchmarkConfig(methods=["search_r1"], limit=32),
         description="Benchmark of base and trained model on held-out data; null skips it.",
     )
+
+
+ARR_PATTERNS = ("D", "ID", "F", "DI", "I")
+
+
+class AdversarialRLConfig(Strict):
+    """`advrag adversarial-rl`: ARR, joint GRPO of a Reasoner and a Verifier (ARR §4.2).
+
+    Defaults are the CPU recipe (SmolLM2, LoRA); the paper's values are named
+    where they differ. The paper gives no λ, n or δ: the defaults are ours.
+    """
+
+    method: Literal["arr"] = Field("arr", description="Training method: ARR (reasoner ⇄ verifier).")
+    model: str = Field("smollm2", description="Starting policy of both agents (same specs as benchmark).")
+    policies: Literal["shared_lora", "separate"] = Field(
+        "shared_lora",
+        description="'shared_lora': one base, a LoRA adapter per agent (needs lora); "
+        "'separate': a model per agent (LoRA or full).",
+    )
+    verifier_model: str | None = Field(
+        None, description="'separate' only: the verifier's starting model; null = `model`."
+    )
+    lora: dict | None = Field(
+        default_factory=lambda: {"r": 16, "alpha": 32},
+        description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
+    )
+    optim: dict = Field(
+        default_factory=lambda: {"lr": 1e-5, "micro_batch_size": 4, "max_seq_len": 1024,
+                                 "kl_coef": 0.001},
+        description="Local-engine TrainConfig fields of both agents (lr, kl_coef, …; not group_size).",
+    )
+    verifier_optim: dict = Field(
+        default_factory=dict, description="TrainConfig fields that differ for the verifier."
+    )
+    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
+    questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
+    group_size: int = Field(4, ge=1, description="Dialogues G per question (GRPO group; paper 5).")
+    max_turns: int = Field(2, ge=1, description="Dialogue turns T (paper 5).")
+    topk: int = Field(3, ge=1, description="Documents per search (paper 3).")
+    max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
+    lam: float = Field(0.5, ge=0, description="λ of eq. 5: weight of the beat-the-other bonus.")
+    n_bins: int = Field(10, ge=1, description="n of eq. 5: F1 buckets of bin(·).")
+    delta: float = Field(0.1, ge=0, description="δ: entropy change treated as flat (eq. 8).")
+    pattern_scores: dict[str, float] = Field(
+        default_factory=lambda: {"D": 1.0, "ID": 0.8, "F": 0.6, "DI": 0.4, "I": 0.2},
+        description="Impact score of each entropy pattern (the paper's table).",
+    )
+    critique_actions: list[str] = Field(
+        default_factory=lambda: ["verify", "response"],
+        description="Verifier actions that get the process advantage (A_sub^v).",
+    )
+    monitored_actions: list[str] = Field(
+        default_factory=lambda: ["think"],
+        description="Reasoner actions whose entropy trend gives the impact (A_sub^r).",
+    )
+    adversarial_reward: bool = Field(True, description="Eq. 5's bonus; false = 'w/o adv-out'.")
+    process_advantage: bool = Field(True, description="Eqs. 6–9; false = 'w/o proc-adv'.")
+    format_penalty: float = Field(0.2, ge=0, description="Subtracted once from an agent's "
+                                  "reward when it broke the tag grammar.")
+    checkpoint_every: int = Field(4, ge=1, description="Save both agents every N updates.")
+    checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/arr"),
+                                 description="Checkpoints (one subdir per agent); reruns resume.")
+    world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
+    index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
+    experiment: str = Field("advrag-arr", description="MLflow experiment name.")
+    registered_reasoner: str = Field("advrag-arr-reasoner", description="Registry name (reasoner).")
+    registered_verifier: str = Field("advrag-arr-verifier", description="Registry name (verifier).")
+    evaluate: BenchmarkConfig | None = Field(
+        default_factory=lambda: BenchmarkConfig(methods=["arr", "search_r1"], limit=32),
+        description="Benchmark of the untrained and the trained pair on held-out data; null skips it.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AdversarialRLConfig:
+        """Reject combinations the flow cannot run, naming the fix."""
+        if self.policies == "shared_lora" and self.lora is None:
+            raise ValueError("policies 'shared_lora' needs lora settings; use policies: separate "
+                             "for full fine-tuning")
+        if self.verifier_model is not None and self.policies != "separate":
+            raise ValueError("verifier_model needs policies: separate (a shared base has one model)")
+        if "group_size" in self.optim or "group_size" in self.verifier_optim:
+            raise ValueError("set group_size at the top level, not in optim (both agents share it)")
+        if set(self.pattern_scores) != set(ARR_PATTERNS):
+            raise ValueError(f"pattern_scores needs exactly the patterns {list(ARR_PATTERNS)}")
+        return self

@@ -184,9 +184,28 @@ def run_search_r1(questions, generator, retriever, s) -> list[MethodOutput]:
     return _outputs(trajs, retriever)
 
 
+class WithVerifier:
+    """A generator (reasoner, single agent) carrying a separate ARR verifier.
+
+    Every method but ``arr`` uses it as the plain generator it wraps; ``arr``
+    gives the verifier role to ``verifier`` (e.g. a trained pair).
+    """
+
+    def __init__(self, generator, verifier):
+        self.generator = generator
+        self.verifier = verifier
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        return self.generator.chat_prompt(user, system)
+
+    def generate(self, prompts, *, max_new_tokens: int, stop=()) -> list[str]:
+        return self.generator.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
+
+
 def run_arr(questions, generator, retriever, s) -> list[MethodOutput]:
-    """ARR reasoner ⇄ verifier dialogue (one policy plays both roles when untrained)."""
-    dialogues = run_arr_dialogue(questions, generator, generator, retriever, max_turns=s.max_turns,
+    """ARR reasoner ⇄ verifier dialogue (one policy plays both roles unless a ``WithVerifier``)."""
+    verifier = generator.verifier if isinstance(generator, WithVerifier) else generator
+    dialogues = run_arr_dialogue(questions, generator, verifier, retriever, max_turns=s.max_turns,
                                  topk=s.topk, max_new_tokens=s.max_new_tokens)
     return [
         MethodOutput(

@@ -16,15 +16,19 @@ from tasks import tracking
 
 @task(cache_policy=NO_CACHE)
 def load_generator(config: BenchmarkConfig):
-    """The policy as a batched generator; ``models:/`` URIs come from MLflow."""
+    """The policy as a batched generator (with ARR's verifier if separate); ``models:/`` from MLflow."""
     from advrag.engines.local.generation import HFGenerator, pick_dtype
     from models.loading import load_policy
 
-    spec = config.model
-    if spec.startswith("models:/"):
-        spec = str(tracking.download_model(spec))
-    policy = load_policy(spec, dtype=pick_dtype(config.dtype))
-    return HFGenerator(policy.model, policy.tokenizer, batch_size=config.batch_size)
+    def generator(spec: str) -> HFGenerator:
+        if spec.startswith("models:/"):
+            spec = str(tracking.download_model(spec))
+        policy = load_policy(spec, dtype=pick_dtype(config.dtype))
+        return HFGenerator(policy.model, policy.tokenizer, batch_size=config.batch_size)
+
+    if config.verifier_model is None or "arr" not in config.methods:
+        return generator(config.model)
+    return evaluation.WithVerifier(generator(config.model), generator(config.verifier_model))
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)

@@ -49,18 +49,24 @@ class LoraSettings(BaseModel):
     )
 
 
-def _wrap_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
-    """Inject a LoRA adapter into ``model`` (in place) and return the peft model."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(lora: LoraSettings):
+    """The peft ``LoraConfig`` of these settings (causal-LM task)."""
+    from peft import LoraConfig
 
-    config = LoraConfig(
+    return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+
+
+def _wrap_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
+    """Inject a LoRA adapter into ``model`` (in place) and return the peft model."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(lora))
 
 
 def _enable_activation_checkpointing(model: nn.Module) -> None:

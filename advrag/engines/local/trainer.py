@@ -56,6 +56,14 @@ from advrag.engines.local.tokenize import Batch, encode_trajectories
 ImportanceWeightFn = Callable[[Batch, Tensor], Tensor]
 """``(batch, old_logprobs (batch, seq)) → per-token weights (batch, seq)`` (REX-RAG's hook)."""
 
+AdvantageHook = Callable[[Batch, Tensor, Tensor], Tensor]
+"""``(batch, advantages (batch, seq), entropy (batch, seq)) → advantages (batch, seq)``.
+
+Sees the outcome advantages and the sampling policy's per-token entropy (from
+the old-log-prob pass) and returns the token advantages the loss uses, e.g.
+ARR's process advantage added on critique tokens.
+"""
+
 
 class TrainConfig(BaseModel):
     """Optimisation settings of the local engine; defaults follow Search-R1's GRPO recipe."""
@@ -237,6 +245,7 @@ class LocalTrainer:
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
         importance_weights: ImportanceWeightFn | None = None,
+        advantage_hook: AdvantageHook | None = None,
     ) -> dict[str, float]:
         """One training step on scored trajectories; returns its metrics.
 
@@ -246,9 +255,13 @@ class LocalTrainer:
             group_ids: the question each trajectory answers (rollouts of one share it).
             importance_weights: optional hook giving per-token loss weights from
                 the batch and its old log-probs (REX-RAG's correction).
+            advantage_hook: optional hook turning the outcome token advantages
+                into the ones the loss uses (see ``AdvantageHook``).
         """
         started = time.perf_counter()
-        inputs, entropy = self.prepare(trajectories, scores, group_ids, importance_weights)
+        inputs, entropy = self.prepare(
+            trajectories, scores, group_ids, importance_weights, advantage_hook
+        )
         epochs = [self.optimizer_step(inputs) for _ in range(self.config.ppo_epochs)]
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
@@ -262,6 +275,7 @@ class LocalTrainer:
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
         importance_weights: ImportanceWeightFn | None = None,
+        advantage_hook: AdvantageHook | None = None,
     ) -> tuple[UpdateInputs, Tensor]:
         """Encode, then old and reference log-probs and advantages (no gradients).
 
@@ -279,6 +293,8 @@ class LocalTrainer:
             )
         scores = torch.as_tensor(scores, dtype=torch.float32, device=batch.input_ids.device)
         advantages = ADVANTAGES[cfg.advantage](scores, group_ids, batch.loss_mask)
+        if advantage_hook is not None:
+            advantages = advantage_hook(batch, advantages, entropy)
         weights = importance_weights(batch, old_logprobs) if importance_weights else None
         return UpdateInputs(batch, old_logprobs, ref_logprobs, advantages, weights), entropy
 

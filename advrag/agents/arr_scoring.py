@@ -1,0 +1,204 @@
+"""Scoring ARR dialogues for training: outcome rewards, action spans, clarity inputs (ARR §4.2).
+
+Pure episode logic over ``advrag.agents.arr.Dialogue``; the math is
+``advrag.core.arr_rewards``'. Training needs three things from a dialogue:
+
+1. Each agent's outcome reward (eq. 5) from the F1 of its own answer — the
+   reasoner's ``<answer>`` (y_r) and the verifier's ``<final_answer>`` (y_v) —
+   minus ``format_penalty`` once if that agent broke the tag grammar.
+2. The tokens of chosen actions: ``split_actions`` cuts each "policy" segment
+   at the spans of the named tags (verifier critiques ``verify``/``response``;
+   the reasoner's monitored ``think``), so every action is a segment of its
+   own and tokenises to exactly its own tokens (``Batch.segment_ids`` then maps
+   tokens to actions).
+3. What clarity (eq. 7) looks at per verifier action: the documents of its
+   step (``verifier_turn_docs``) and the action's text.
+
+How this departs from the paper (which does not say):
+
+- An action's span includes its tag markup (``<response>…</response>``), so
+  the process advantage and the mean entropy cover those tokens too; gold
+  containment is checked on the inner text only. An unclosed tag is an action
+  up to the next tag or the end of the message (what the dialogue acts on).
+  Nested tags: only the outermost span counts.
+- Cutting a segment at tag boundaries re-tokenises the boundaries; as in
+  ``engines.local.tokenize`` the old, reference and new log-probs are all
+  computed on these ids, so the ratio is unaffected.
+- The verifier's final verification has no documents of its own (its
+  ``<information>`` is the reasoner's answer), so its critiques get clarity 0.
+- The Final Predictor's answer is scored (logged) but earns no reward: eq. 5
+  rewards y_r and y_v.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from advrag.agents.arr import Dialogue
+from advrag.agents.protocol import Tag, extract_tags
+from advrag.agents.types import Segment, Trajectory
+from advrag.core.arr_rewards import adversarial_outcome_reward, clarity, gold_in_text
+from advrag.core.metrics import Golds, exact_match, f1_score
+
+
+@dataclass(frozen=True)
+class ActionSpan:
+    """One tagged action of an agent: its message index (turn), tag name and inner text."""
+
+    turn: int
+    name: str
+    text: str
+
+
+@dataclass
+class SplitTrajectory:
+    """A trajectory with its actions as separate segments.
+
+    ``trajectory`` has the same text as the original; ``segment_action[i]`` is
+    the index into ``actions`` of segment ``i``, or −1 for text outside them.
+    """
+
+    trajectory: Trajectory
+    segment_action: list[int]
+    actions: list[ActionSpan]
+
+
+def _outermost(tags: Sequence[Tag], names: set[str]) -> list[Tag]:
+    """The named tags, in order, dropping any that starts inside an earlier kept one."""
+    kept: list[Tag] = []
+    for tag in sorted((t for t in tags if t.name in names), key=lambda t: (t.start, -t.end)):
+        if not kept or tag.start >= kept[-1].end:
+            kept.append(tag)
+    return kept
+
+
+def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajectory:
+    """Cut every "policy" segment at the spans of the tags in ``names`` (case-insensitive).
+
+    Other segments are kept as they are. Never raises on malformed text.
+    """
+    wanted = {n.lower() for n in names}
+    segments: list[Segment] = []
+    segment_action: list[int] = []
+    actions: list[ActionSpan] = []
+
+    def emit(text: str, action: int) -> None:
+        if text:
+            segments.append(Segment(text, "policy"))
+            segment_action.append(action)
+
+    turn = 0
+    for segment in trajectory.segments:
+        if segment.source != "policy":
+            segments.append(segment)
+            segment_action.append(-1)
+            continue
+        cursor = 0
+        for tag in _outermost(extract_tags(segment.text), wanted):
+            emit(segment.text[cursor : tag.start], -1)
+            actions.append(ActionSpan(turn, tag.name, tag.content.strip()))
+            emit(segment.text[tag.start : tag.end], len(actions) - 1)
+            cursor = tag.end
+        emit(segment.text[cursor:], -1)
+        turn += 1
+    return SplitTrajectory(replace(trajectory, segments=segments), segment_action, actions)
+
+
+def verifier_turn_docs(dialogue: Dialogue) -> list[list[str]]:
+    """The documents the verifier judged in each of its messages (its policy segments, in order).
+
+    Its messages are one per search step with a non-empty output, then the
+    final verification (no documents).
+    """
+    docs = [step.doc_texts for step in dialogue.steps if step.verifier_output]
+    n_messages = sum(s.source == "policy" for s in dialogue.verifier.segments)
+    if n_messages - len(docs) not in (0, 1):
+        raise ValueError(
+            f"verifier has {n_messages} messages but {len(docs)} search steps: "
+            "the dialogue was not built by run_arr_dialogue"
+        )
+    return docs + [[]] * (n_messages - len(docs))
+
+
+@dataclass(frozen=True)
+class DialogueScore:
+    """EM/F1 of the three answers of a dialogue and both agents' outcome rewards."""
+
+    f1_reasoner: float
+    f1_verifier: float
+    f1_final: float
+    em_reasoner: float
+    em_verifier: float
+    em_final: float
+    reward_reasoner: float
+    reward_verifier: float
+
+
+def _reward(
+    f1_self: float, f1_other: float, format_errors: int, *, lam: float, n_bins: int,
+    adversarial: bool, format_penalty: float,
+) -> float:
+    """Eq. 5 (or the plain F1 without the adversarial term) minus the format penalty."""
+    base = (
+        adversarial_outcome_reward(f1_self, f1_other, lam=lam, n_buckets=n_bins)
+        if adversarial
+        else f1_self
+    )
+    return base - (format_penalty if format_errors > 0 else 0.0)
+
+
+def score_dialogue(
+    dialogue: Dialogue, golds: Golds, *, lam: float, n_bins: int, adversarial: bool = True,
+    format_penalty: float = 0.0,
+) -> DialogueScore:
+    """F1/EM of y_r, y_v and the Final Predictor; each agent's reward (eq. 5 − format penalty).
+
+    ``adversarial=False`` is the paper's "w/o adv-out" ablation: reward = own F1.
+    A missing answer scores 0.
+    """
+    answers = (dialogue.reasoner_answer, dialogue.verifier_answer, dialogue.final_answer)
+    f1_r, f1_v, f1_f = (f1_score(a, golds) if a is not None else 0.0 for a in answers)
+    em_r, em_v, em_f = (exact_match(a, golds) if a is not None else 0.0 for a in answers)
+    settings = dict(lam=lam, n_bins=n_bins, adversarial=adversarial, format_penalty=format_penalty)
+    errors = dialogue.format_errors
+    return DialogueScore(
+        f1_r, f1_v, f1_f, em_r, em_v, em_f,
+        reward_reasoner=_reward(f1_r, f1_v, errors["reasoner"], **settings),
+        reward_verifier=_reward(f1_v, f1_r, errors["verifier"], **settings),
+    )
+
+
+def per_turn_means(
+    actions: Sequence[ActionSpan], values: Sequence[float], name: str
+) -> dict[int, float]:
+    """Mean of ``values`` (one per action) over the actions called ``name``, per turn.
+
+    Turns without such an action are absent. Used for the reasoner's per-turn
+    think entropy (impact, eq. 8) and the entropy-trajectory plots.
+    """
+    sums: dict[int, list[float]] = {}
+    for action, value in zip(actions, values, strict=True):
+        if action.name == name:
+            sums.setdefault(action.turn, []).append(float(value))
+    return {turn: sum(v) / len(v) for turn, v in sorted(sums.items())}
+
+
+def action_clarities(
+    actions: Sequence[ActionSpan],
+    mean_entropies: Sequence[float],
+    turn_docs: Sequence[Sequence[str]],
+    golds: Golds,
+) -> list[float]:
+    """Eq. 7 per verifier action: ``exp(−H̄)·1[gold in its step's docs]·(2·1[gold in action] − 1)``.
+
+    Args:
+        actions: the verifier's critique actions (``split_actions``).
+        mean_entropies: each action's mean token entropy under the sampling policy.
+        turn_docs: documents per verifier message (``verifier_turn_docs``).
+        golds: the question's gold answers.
+    """
+    return [
+        clarity(h, gold_in_text(golds, list(turn_docs[a.turn])), gold_in_text(golds, a.text))
+        for a, h in zip(actions, mean_entropies, strict=True)
+    ]

@@ -1,0 +1,234 @@
+"""Two policies trained side by side (ARR's reasoner and verifier) with the local engine.
+
+Two layouts:
+
+- shared (the CPU default): ONE base model carrying one LoRA adapter per
+  agent (peft multi-adapter). ``AdapterPolicy`` is a ``TrainablePolicy`` view
+  that activates its own adapter before every forward pass and lists only
+  that adapter's weights as trainable; its reference is the base with all
+  adapters disabled. One copy of the base weights is held in memory.
+- separate: one ``TrainablePolicy`` per agent on its own model (LoRA or full).
+
+Either way each agent gets its own ``LocalTrainer`` — its own AdamW state, lr
+schedule and metrics — and ``DualTrainer`` checkpoints each under
+``<root>/<agent>/step-<n>`` (``checkpoint.py`` layout, adapter-only weights
+for a shared base). A kill between the two agents' saves leaves one agent a
+step ahead; ``DualTrainer.resume`` loads the newest step that *both* have, so
+it needs ``keep_last >= 2``.
+
+Sampling must use the agent's own adapter: ``agent_generators`` wraps the
+shared model's generator in ``AdapterGenerator``, which activates the
+adapter before every ``generate`` call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+from advrag.agents.types import TextGenerator
+from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
+from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.policy import (
+    ADAPTER_FILE,
+    LoraSettings,
+    TrainablePolicy,
+    _native_cpu_bf16,
+    lora_config,
+)
+from advrag.engines.local.tokenize import Batch
+from advrag.engines.local.trainer import LocalTrainer, TrainConfig
+from advrag.fileio import atomic_dir
+
+AGENTS = ("reasoner", "verifier")
+
+
+class AdapterPolicy(TrainablePolicy):
+    """One named LoRA adapter of a shared peft model, seen as a ``TrainablePolicy``."""
+
+    def __init__(self, peft_model: nn.Module, name: str, *, bf16: bool = True,
+                 cpu_bf16: bool = False):
+        """View adapter ``name`` of ``peft_model`` (built by ``shared_lora_policies``)."""
+        if name not in peft_model.peft_config:
+            raise ValueError(f"the model has no adapter {name!r}; it has {list(peft_model.peft_config)}")
+        self.model = peft_model
+        self.name = name
+        self.is_lora = True
+        self._reference = None
+        self.bf16 = bf16
+        self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
+
+    def activate(self) -> None:
+        """Make this adapter the one the forward pass uses (and the one with gradients)."""
+        self.model.set_adapter(self.name)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """This adapter's weights only (peft names them ``….lora_A.<name>.weight``)."""
+        tag = f".{self.name}."
+        return [p for n, p in self.model.named_parameters() if tag in n]
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        """``train()`` mode with this adapter active, ``eval()`` again afterwards."""
+        self.activate()
+        with super().training():
+            yield
+
+    def logprobs(self, batch: Batch, *, micro_batch_size: int,
+                 with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Log-probs under this adapter, without gradients (see ``TrainablePolicy``)."""
+        self.activate()
+        return super().logprobs(batch, micro_batch_size=micro_batch_size, with_entropy=with_entropy)
+
+    def logprobs_with_grad(self, batch: Batch) -> Tensor:
+        """Differentiable log-probs under this adapter."""
+        self.activate()
+        return super().logprobs_with_grad(batch)
+
+    def save_weights(self, directory: Path) -> None:
+        """Write this adapter alone as a peft adapter directory (config + safetensors)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(self.model, adapter_name=self.name)
+        save_file({k: v.contiguous() for k, v in state.items()}, directory / ADAPTER_FILE)
+        self.model.peft_config[self.name].save_pretrained(directory)
+
+    def load_weights(self, directory: Path) -> None:
+        """Load an adapter written by ``save_weights`` into this adapter, exactly."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        state = load_file(Path(directory) / ADAPTER_FILE)
+        result = set_peft_model_state_dict(self.model, state, adapter_name=self.name)
+        if result.unexpected_keys:
+            raise ValueError(f"adapter in {directory} has unknown keys {result.unexpected_keys}")
+
+
+def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequence[str] = AGENTS,
+                         cpu_bf16: bool = False) -> dict[str, AdapterPolicy]:
+    """One LoRA adapter per name on ``model`` (wrapped in place); a policy view for each."""
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(model, lora_config(lora), adapter_name=names[0])
+    for name in names[1:]:
+        peft_model.add_adapter(name, lora_config(lora))
+    peft_model.eval()
+    return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16) for name in names}
+
+
+def separate_policies(models: Mapping[str, nn.Module], lora: LoraSettings | None, *,
+                      keep_reference: bool = True, cpu_bf16: bool = False
+                      ) -> dict[str, TrainablePolicy]:
+    """An independent ``TrainablePolicy`` (full or LoRA) on each agent's own model."""
+    return {
+        name: TrainablePolicy(model, lora=lora, keep_reference=keep_reference, cpu_bf16=cpu_bf16)
+        for name, model in models.items()
+    }
+
+
+class AdapterGenerator:
+    """A ``TextGenerator`` that activates one agent's adapter before each ``generate`` call."""
+
+    def __init__(self, inner: HFGenerator, policy: AdapterPolicy):
+        self.inner = inner
+        self.policy = policy
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        return self.inner.chat_prompt(user, system)
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
+                 stop: Sequence[str] = ()) -> list[str]:
+        self.policy.activate()
+        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
+
+
+def agent_generators(policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any], *,
+                     temperature: float, batch_size: int = 64) -> dict[str, TextGenerator]:
+    """A sampling generator per agent on its policy's own weights (its adapter active)."""
+    generators: dict[str, TextGenerator] = {}
+    for name, policy in policies.items():
+        inner = HFGenerator(policy.model, tokenizers[name], temperature=temperature,
+                            batch_size=batch_size, autocast=policy.autocast)
+        generators[name] = AdapterGenerator(inner, policy) if isinstance(
+            policy, AdapterPolicy) else inner
+    return generators
+
+
+def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
+    """The newest checkpoint step that every agent has under ``root/<agent>``, or None."""
+    steps = [{checkpoint_step(p) for p in list_checkpoints(Path(root) / name)} for name in names]
+    common = set.intersection(*steps) if steps else set()
+    return max(common) if common else None
+
+
+class DualTrainer:
+    """One ``LocalTrainer`` per agent, checkpointed and resumed together."""
+
+    def __init__(self, trainers: Mapping[str, LocalTrainer]):
+        self.trainers = dict(trainers)
+
+    @classmethod
+    def build(cls, policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any],
+              configs: Mapping[str, TrainConfig]) -> DualTrainer:
+        """A trainer (optimizer, schedule) per agent; each construction seeds the RNGs."""
+        return cls({name: LocalTrainer(policies[name], tokenizers[name], configs[name])
+                    for name in policies})
+
+    def __getitem__(self, name: str) -> LocalTrainer:
+        return self.trainers[name]
+
+    @property
+    def step(self) -> int:
+        """Updates done so far (the same for every agent)."""
+        steps = {t.step for t in self.trainers.values()}
+        if len(steps) != 1:
+            raise RuntimeError(f"the agents are at different steps {steps}")
+        return steps.pop()
+
+    def save(self, root: str | Path, *, data_position: int,
+             extra: dict[str, Any] | None = None, keep_last: int = 3) -> dict[str, Path]:
+        """Checkpoint every agent under ``root/<agent>``; returns each checkpoint directory."""
+        if keep_last < 2:
+            raise ValueError("keep_last must be >= 2: a kill between the agents' saves "
+                             "must leave a step that both agents still have")
+        return {name: trainer.save(Path(root) / name, data_position=data_position, extra=extra,
+                                   keep_last=keep_last)
+                for name, trainer in self.trainers.items()}
+
+    def resume(self, root: str | Path) -> dict[str, Any] | None:
+        """Load the newest step both agents saved; returns its ``state.json`` (None: nothing)."""
+        step = latest_common_step(root, list(self.trainers))
+        if step is None:
+            return None
+        states = [trainer.resume(Path(root) / name / f"{PREFIX}{step:08d}")
+                  for name, trainer in self.trainers.items()]
+        return states[-1]
+
+    def export(self, root: str | Path) -> dict[str, Path]:
+        """Every agent as a plain transformers checkpoint under ``root/<agent>``."""
+        return {name: export_policy(t.policy, t.tokenizer, Path(root) / name)
+                for name, t in self.trainers.items()}
+
+
+def export_policy(policy: TrainablePolicy, tokenizer, out_dir: Path) -> Path:
+    """A plain transformers checkpoint of one agent: its LoRA merged into a copy of the base.
+
+    The training model is left as it is (the merge runs on a deep copy).
+    """
+    model = copy.deepcopy(policy.model)
+    if isinstance(policy, AdapterPolicy):
+        model = model.merge_and_unload(adapter_names=[policy.name])
+    elif policy.is_lora:
+        model = model.merge_and_unload()
+    with atomic_dir(Path(out_dir)) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out_dir)

@@ -1,0 +1,63 @@
+"""Flow `adversarial_rl`: ARR's reasoner and verifier trained jointly, tracked, registered, benchmarked."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from advrag import dataplane
+from advrag.config import AdversarialRLConfig
+from flows.benchmark import benchmark
+from flows.train import benchmark_tags, retrieval_settings
+from tasks import arr, tracking
+from tasks import benchmark as bench
+from tasks.train import batch_for_step
+
+
+@flow(name="adversarial_rl", log_prints=True)
+def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name: str = "arr") -> dict:
+    """Resume → (batch → ARR step → log → checkpoint)* → plots → export → register ×2 → benchmark."""
+    tracking.configure()
+    version = dataplane.data_version()
+    params = {"config": config.model_dump(mode="json"), "data": version}
+    tags = {"data.version": version["digest"], "flow": "adversarial_rl", "method": config.method,
+            "model": config.model}
+    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
+        dual, generators = arr.build_agents(config)
+        retriever = bench.load_retriever(retrieval_settings(config))
+        records = bench.load_questions("world", retrieval_settings(config, split="train"))
+        history, traces = [], []
+        for step in range(arr.resume_latest(dual, config), config.steps):
+            batch = batch_for_step(records, step, config.questions_per_step, dual["reasoner"].config.seed)
+            result = arr.train_step(dual, generators, retriever, batch, config)
+            tracking.log_metrics(run_id, result.metrics, step=step)
+            history.append({"step": step, **result.metrics})
+            traces.append(result.traces)
+            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                for agent, path in arr.save_checkpoints(dual, config, step + 1).items():
+                    tracking.log_artifacts(run_id, path, f"checkpoints/{agent}")
+        if history:
+            tracking.log_figure(run_id, arr.reward_curves(history), "reward_curves.png")
+            tracking.log_figure(run_id, arr.entropy_figure(traces), "entropy_trajectories.png")
+        model_dirs = arr.export_models(dual, config.checkpoint_dir / "final")
+        provenance = {"data.version": version["digest"], "run_id": run_id,
+                      "config.hash": arr.method_hash(config), "git.commit": tracking.git_commit()}
+        versions = {agent: tracking.register_model_dir(
+            run_id, model_dirs[agent], name, tags={**provenance, "agent": agent},
+            artifact_path=f"model/{agent}") for agent, name in registry_names(config).items()}
+    results = {"run_id": run_id, "model_dirs": {a: str(p) for a, p in model_dirs.items()},
+               "versions": versions}
+    if config.evaluate is not None:
+        pairs = {"base": (config.model, config.verifier_model),
+                 "trained": (str(model_dirs["reasoner"]), str(model_dirs["verifier"]))}
+        for name, (reasoner, verifier) in pairs.items():
+            evaluation = benchmark(config.evaluate.model_copy(
+                update={"model": reasoner, "verifier_model": verifier}), run_name=f"{run_name}-{name}")
+            results[name] = evaluation["results"]
+        for agent, registered in registry_names(config).items():
+            tracking.set_model_version_tags(registered, versions[agent], benchmark_tags(evaluation))
+    return results
+
+
+def registry_names(config: AdversarialRLConfig) -> dict[str, str]:
+    """Agent → registered model name."""
+    return {"reasoner": config.registered_reasoner, "verifier": config.registered_verifier}

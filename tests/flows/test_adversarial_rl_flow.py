@@ -1,0 +1,108 @@
+"""The ARR flow with a tiny model: per-agent metrics, figures, checkpoints, registry, benchmark."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import torch
+from prefect.testing.utilities import prefect_test_harness
+
+from advrag.config import AdversarialRLConfig, BenchmarkConfig
+from flows.adversarial_rl import adversarial_rl
+from models.loading import load_policy
+from tasks import tracking
+
+AGENT_METRICS = {"reward_mean", "reward_std", "em", "f1", "format_errors", "bonus_fraction",
+                 "loss", "kl", "grad_norm", "entropy", "lr", "time/rollout_s", "time/score_s",
+                 "time/update_s"}
+REASONER_METRICS = {"impact_mean", "monitored_entropy", "searches",
+                    *(f"pattern_{p}" for p in ("D", "ID", "F", "DI", "I"))}
+VERIFIER_METRICS = {"clarity_mean", "process_adv_mean", "critique_actions", "critique_entropy"}
+SHARED_METRICS = {"final/em", "final/f1", "time/retrieval_s", "time/step_s"}
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> AdversarialRLConfig:
+    settings = dict(
+        model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, steps=steps,
+        questions_per_step=2, group_size=2, max_turns=1, max_new_tokens=8, checkpoint_every=1,
+        optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048, "kl_coef": 0.01},
+        checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
+        experiment="arr-test", registered_reasoner="tiny-arr-reasoner",
+        registered_verifier="tiny-arr-verifier", evaluate=evaluate,
+    )
+    return AdversarialRLConfig(**(settings | changes))
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+
+
+def test_joint_training_logs_registers_and_benchmarks_both_agents(
+        prefect_server, store, tmp_path, small_world_dir, small_index_dir, tiny_policy_dir):
+    evaluate = BenchmarkConfig(methods=["arr", "search_r1"], limit=2, batch_size=2, max_turns=1,
+                               max_new_tokens=8, world_dir=small_world_dir,
+                               index_dir=small_index_dir, experiment="arr-test-eval")
+    # two fully fine-tuned models (the shared-adapter default runs in the resume test below)
+    result = adversarial_rl(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir,
+                                   2, evaluate, policies="separate", lora=None,
+                                   verifier_optim={"lr": 5e-3}))
+
+    client = mlflow.MlflowClient()
+    run = client.get_run(result["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["flow"] == "adversarial_rl"
+    expected = ({f"{a}/{m}" for a in ("reasoner", "verifier") for m in AGENT_METRICS}
+                | {f"reasoner/{m}" for m in REASONER_METRICS}
+                | {f"verifier/{m}" for m in VERIFIER_METRICS} | SHARED_METRICS)
+    assert expected <= run.data.metrics.keys()
+    for name in expected:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, name)] == [0, 1], name
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"reward_curves.png", "entropy_trajectories.png", "checkpoints", "model"} <= artifacts
+    for agent in ("reasoner", "verifier"):
+        saved = {a.path for a in client.list_artifacts(run.info.run_id, f"checkpoints/{agent}")}
+        assert saved == {f"checkpoints/{agent}/step-00000001", f"checkpoints/{agent}/step-00000002"}
+
+    base = list(load_policy(str(tiny_policy_dir)).model.parameters())
+    registered = {}
+    for agent in ("reasoner", "verifier"):
+        name = f"tiny-arr-{agent}"
+        assert result["versions"][agent] == "1"
+        tags = client.get_model_version(name, "1").tags
+        assert tags["agent"] == agent and tags["run_id"] == run.info.run_id
+        assert tags["bench.world.arr.n"] == "2.0000" and "bench.world.search_r1.em" in tags
+        model_dir = tracking.download_model(f"models:/{name}/1", tmp_path / "dl" / agent)
+        registered[agent] = list(load_policy(str(model_dir)).model.parameters())
+        last = load_policy(str(tmp_path / "ckpt" / agent / "step-00000002" / "weights"))
+        assert all(torch.equal(a, b) for a, b in zip(registered[agent], last.model.parameters()))
+        assert any(not torch.equal(a, b) for a, b in zip(registered[agent], base))
+    assert any(not torch.equal(a, b) for a, b in zip(registered["reasoner"], registered["verifier"]))
+
+    for name in ("base", "trained"):
+        assert {k: v["n"] for k, v in result[name].items()} == {
+            ("arr", "world"): 2, ("search_r1", "world"): 2}
+    bench_runs = client.search_runs([client.get_experiment_by_name("arr-test-eval").experiment_id])
+    verifiers = {r.data.tags["mlflow.runName"]: r.data.params["config.verifier_model"]
+                 for r in bench_runs}
+    assert verifiers == {"arr-base": "None", "arr-trained": result["model_dirs"]["verifier"]}
+
+
+def test_rerun_resumes_and_refuses_other_method_settings(
+        prefect_server, store, tmp_path, small_world_dir, small_index_dir, tiny_policy_dir):
+    args = (tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
+    adversarial_rl(config(*args, 1))  # the default layout: a LoRA adapter per agent, one base
+    for agent in ("reasoner", "verifier"):
+        weights = tmp_path / "ckpt" / agent / "step-00000001" / "weights"
+        assert (weights / "adapter_model.safetensors").is_file()
+    second = adversarial_rl(config(*args, 2))
+    history = mlflow.MlflowClient().get_metric_history(second["run_id"], "verifier/reward_mean")
+    assert [m.step for m in history] == [1]  # step 0 came from the checkpoints
+    with pytest.raises(ValueError, match="other ARR settings"):
+        adversarial_rl(config(*args, 3, lam=0.9))

@@ -1,0 +1,227 @@
+"""ARR training pieces: action spans, critique-token masks, dialogue rewards, the update hooks.
+
+Bucket edges of ``bin`` and the winner's bonus both ways are pinned in
+``test_arr_rewards.py``; here they are checked through whole dialogues.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
+
+from advrag.agents.arr import Dialogue, RetrievalStep, run_arr_dialogue
+from advrag.agents.arr_scoring import (
+    ActionSpan,
+    per_turn_means,
+    score_dialogue,
+    split_actions,
+    verifier_turn_docs,
+)
+from advrag.agents.types import Trajectory
+from advrag.config import AdversarialRLConfig, load_config
+from advrag.core.actions import action_means, action_token_ids
+from advrag.engines.local.arr_step import ReasonerEntropyHook, VerifierProcessHook
+from advrag.engines.local.tokenize import encode_trajectories
+
+HAMLET = "Who wrote Hamlet?"
+GOLD = ["William Shakespeare"]
+FINAL_KEY = "The rollout text of the reasoner and verifier is:"
+R_SEARCH = "<think>Need the author.</think><search>Hamlet author</search>"
+R_ANSWER = "<verify>Doc 1 answers it.</verify><think>So Shakespeare.</think><answer>William Shakespeare</answer>"
+V_VERIFY = "<verify>Good query.</verify>"
+V_RESPONSE = "<response>Hamlet was written by William Shakespeare.</response>"
+V_STEP = V_VERIFY + "<selected_doc>Doc 1</selected_doc>" + V_RESPONSE
+V_FINAL_VERIFY = "<verify>Supported by Doc 1.</verify>"
+V_FINAL = V_FINAL_VERIFY + "<final_answer>Shakespeare</final_answer>"
+
+
+def hamlet_dialogue(verifier_step: str = V_STEP, verifier_final: str = V_FINAL) -> Dialogue:
+    """One scripted dialogue: search → verifier step → answer → final check → final predictor."""
+    reasoner = ScriptedGenerator({FINAL_KEY: "<answer>Shakespeare</answer>",
+                                  "</feedback>\n\n": R_ANSWER, f"Question: {HAMLET}": R_SEARCH})
+    verifier = ScriptedGenerator({"</answer></information>": verifier_final,
+                                  "<search>Hamlet author</search>": verifier_step})
+    (dialogue,) = run_arr_dialogue([HAMLET], reasoner, verifier, KeywordRetriever(CORPUS))
+    return dialogue
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_policy_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_policy_dir)
+
+
+def test_split_actions_cuts_policy_segments_at_the_named_tags():
+    d = hamlet_dialogue()
+    split = split_actions(d.verifier, ["verify", "response"])
+    assert split.trajectory.text == d.verifier.text  # same text, more segments
+    assert split.actions == [
+        ActionSpan(0, "verify", "Good query."),
+        ActionSpan(0, "response", "Hamlet was written by William Shakespeare."),
+        ActionSpan(1, "verify", "Supported by Doc 1."),
+    ]
+    policy = [(s.text, a) for s, a in zip(split.trajectory.segments, split.segment_action)
+              if s.source == "policy"]
+    assert policy == [(V_VERIFY, 0), ("<selected_doc>Doc 1</selected_doc>", -1), (V_RESPONSE, 1),
+                      (V_FINAL_VERIFY, 2), ("<final_answer>Shakespeare</final_answer>", -1)]
+    # non-policy segments (prompt, information, the reasoner's words) are untouched
+    assert [s for s in split.trajectory.segments if s.source != "policy"] == [
+        s for s in d.verifier.segments if s.source != "policy"]
+
+
+def test_process_advantage_touches_exactly_the_critique_tokens(tokenizer):
+    d = hamlet_dialogue()
+    split = split_actions(d.verifier, ["verify", "response"])
+    batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
+    ids = action_token_ids(batch.segment_ids, [split.segment_action])
+    row = batch.input_ids[0]
+    for k, span in enumerate([V_VERIFY, V_RESPONSE, V_FINAL_VERIFY]):
+        assert tokenizer.decode(row[ids[0] == k]) == span
+    outside = batch.loss_mask[0] & (ids[0] < 0)
+    assert tokenizer.decode(row[outside]) == (
+        "<selected_doc>Doc 1</selected_doc><final_answer>Shakespeare</final_answer>")
+    assert not (ids[0] >= 0)[~batch.loss_mask[0]].any()  # critique ⊆ the verifier's own tokens
+
+    base = torch.where(batch.loss_mask, 0.3, 0.0)
+    hook = VerifierProcessHook([split], [d], [GOLD], f1_reasoner=[1.0], impacts=[0.8],
+                               enabled=True)
+    out = hook(batch, base, torch.full(row.shape, 0.5)[None])
+    e = math.exp(-0.5)
+    # clarity: step 0's documents hold the gold; "Good query." drops it → −e, the response
+    # keeps it → +e; the final check has no documents → 0. A_proc = F1_r·clarity·impact.
+    assert hook.clarities == [pytest.approx([-e, e, 0.0])]
+    expected = base.clone()
+    expected[ids == 0] += 1.0 * -e * 0.8
+    expected[ids == 1] += 1.0 * e * 0.8
+    assert torch.allclose(out, expected, atol=1e-7, rtol=0)
+    assert torch.equal(out != base, (ids == 0) | (ids == 1))
+
+    off = VerifierProcessHook([split], [d], [GOLD], [1.0], [0.8], enabled=False)
+    assert torch.equal(off(batch, base, torch.full(row.shape, 0.5)[None]), base)
+    assert off.clarities == hook.clarities  # still measured, for the metrics
+
+
+def test_wrong_reasoner_answer_gives_no_process_credit(tokenizer):
+    d = hamlet_dialogue()
+    split = split_actions(d.verifier, ["verify", "response"])
+    batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
+    base = torch.where(batch.loss_mask, -0.7, 0.0)
+    hook = VerifierProcessHook([split], [d], [GOLD], f1_reasoner=[0.0], impacts=[1.0],
+                               enabled=True)
+    assert torch.equal(hook(batch, base, torch.zeros(batch.input_ids.shape)), base)
+
+
+def test_score_dialogue_rewards_both_agents_and_the_ablation():
+    d = hamlet_dialogue()
+    s = score_dialogue(d, GOLD, lam=0.5, n_bins=10, format_penalty=0.2)
+    # y_r "William Shakespeare": F1 1; y_v "Shakespeare": P 1, R 1/2 → F1 2/3
+    assert (s.f1_reasoner, s.f1_verifier, s.f1_final) == pytest.approx((1.0, 2 / 3, 2 / 3))
+    assert (s.em_reasoner, s.em_verifier, s.em_final) == (1.0, 0.0, 0.0)
+    # reasoner: 1 + 0.5·bin(1/3) = 1 + 0.5·0.3; verifier: 2/3 + 0.5·max(bin(−1/3), 0) = 2/3
+    assert s.reward_reasoner == pytest.approx(1.15)
+    assert s.reward_verifier == pytest.approx(2 / 3)
+    plain = score_dialogue(d, GOLD, lam=0.5, n_bins=10, adversarial=False)
+    assert (plain.reward_reasoner, plain.reward_verifier) == pytest.approx((1.0, 2 / 3))
+
+
+def test_verifier_beating_the_reasoner_earns_the_bonus_and_broken_grammar_is_penalised():
+    # the verifier answers in full, the reasoner's answer was "Shakespeare"
+    d = hamlet_dialogue(verifier_final="<verify>x<final_answer>William Shakespeare</final_answer>")
+    d.reasoner.answer = "Shakespeare"
+    s = score_dialogue(d, GOLD, lam=0.5, n_bins=10, format_penalty=0.2)
+    # verifier: unclosed <verify> is a format error → 1 + 0.5·0.3 − 0.2; reasoner: 2/3
+    assert d.verifier.format_errors == 1
+    assert s.reward_verifier == pytest.approx(0.95)
+    assert s.reward_reasoner == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(("text", "actions"), [
+    ("", []),
+    ("no tags at all", []),
+    ("<verify>unclosed to the end", [("verify", "unclosed to the end")]),
+    ("<response><verify>nested</verify> outer</response>", [("response", "<verify>nested</verify> outer")]),
+    ("</response> stray <Verify >odd</verify>", [("verify", "odd")]),
+    ("<response>a</response><response>b", [("response", "a"), ("response", "b")]),
+])
+def test_split_actions_survives_broken_grammar(text, actions):
+    traj = Trajectory()
+    traj.add("prompt ", "prompt")
+    traj.add(text, "policy")
+    split = split_actions(traj, ("verify", "response"))
+    assert split.trajectory.text == traj.text
+    assert [(a.name, a.text) for a in split.actions] == actions
+    assert sorted(a for a in split.segment_action if a >= 0) == list(range(len(actions)))
+
+
+def test_verifier_turn_docs_skips_empty_messages_and_rejects_foreign_dialogues():
+    d = hamlet_dialogue(verifier_step="")  # the verifier said nothing at the search step
+    assert len(d.steps) == 1 and d.steps[0].verifier_output == ""
+    assert verifier_turn_docs(d) == [[]]  # only the final check is a message
+    full = hamlet_dialogue()
+    assert verifier_turn_docs(full) == [full.steps[0].doc_texts, []]
+    foreign = Dialogue("q")
+    for text in ("a", "b", "c"):
+        foreign.verifier.add(text, "policy")
+    foreign.steps.append(RetrievalStep(0, "q", ["p1"], ["doc"], None, "a"))
+    with pytest.raises(ValueError, match="run_arr_dialogue"):
+        verifier_turn_docs(foreign)
+
+
+def test_action_token_ids_and_means_by_hand():
+    segment_ids = torch.tensor([[0, 0, 1, 1, 2, -1], [0, 1, 1, 2, 3, 3]])
+    ids = action_token_ids(segment_ids, [[-1, 0, -1], [-1, 1, -1, 0]])
+    assert ids.tolist() == [[-1, -1, 0, 0, -1, -1], [-1, 1, 1, -1, 0, 0]]
+    values = torch.tensor([[9.0, 9.0, 1.0, 3.0, float("nan"), 0.0], [9.0, 4.0, 6.0, 9.0, 2.0, 2.0]])
+    # row 0: action 0 = mean(1, 3) = 2, action 1 has no tokens → 0; row 1: (2, 2) and (4, 6)
+    assert action_means(values, ids, 2).tolist() == [[2.0, 0.0], [2.0, 5.0]]
+
+
+def _reasoner_with_thinks(n: int) -> Trajectory:
+    traj = Trajectory()
+    traj.add("<|im_start|>user\nQ<|im_end|>\n", "prompt")
+    for turn in range(n):
+        traj.add(f"<think>step {turn}</think><search>q{turn}</search>", "policy")
+        traj.add("<feedback>doc</feedback>", "env")
+    return traj
+
+
+@pytest.mark.parametrize(("values", "pattern", "score"), [
+    ([3.0, 2.0, 1.0], "D", 1.0), ([1.0, 2.0, 1.0], "ID", 0.8), ([1.0, 1.0625, 1.0], "F", 0.6),
+    ([2.0, 1.0, 2.0], "DI", 0.4), ([1.0, 2.0, 3.0], "I", 0.2),
+])
+def test_reasoner_hook_turns_think_entropy_into_impact(tokenizer, values, pattern, score):
+    split = split_actions(_reasoner_with_thinks(3), ["think"])
+    batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
+    ids = action_token_ids(batch.segment_ids, [split.segment_action])
+    entropy = torch.full(ids.shape, 7.0)
+    for k, value in enumerate(values):
+        entropy[ids == k] = value  # action k is turn k's think
+    hook = ReasonerEntropyHook([split], ["think"])
+    advantages = torch.randn(ids.shape)
+    assert hook(batch, advantages, entropy) is advantages  # the reasoner's advantages are GRPO's
+    assert hook.per_turn == [{"think": dict(enumerate(values))}]
+    impacts, patterns = hook.impacts(delta=0.1, scores={"D": 1.0, "ID": 0.8, "F": 0.6,
+                                                         "DI": 0.4, "I": 0.2})
+    assert impacts == [score] and patterns == Counter({pattern: 1})
+
+
+def test_per_turn_means_averages_actions_of_a_turn():
+    actions = [ActionSpan(0, "think", ""), ActionSpan(0, "search", ""), ActionSpan(0, "think", ""),
+               ActionSpan(2, "think", "")]
+    assert per_turn_means(actions, [1.0, 5.0, 2.0, 4.0], "think") == {0: 1.5, 2: 4.0}
+
+
+def test_ablation_configs_differ_from_the_recipe_only_in_their_switch_and_names():
+    base = load_config("configs/arr.yaml", AdversarialRLConfig).model_dump()
+    names = {"checkpoint_dir", "registered_reasoner", "registered_verifier"}
+    for path, switch in (("configs/arr-no-adv.yaml", "adversarial_reward"),
+                         ("configs/arr-no-proc.yaml", "process_advantage")):
+        ablation = load_config(path, AdversarialRLConfig).model_dump()
+        changed = {k for k in base if base[k] != ablation[k]}
+        assert changed == {switch} | names and ablation[switch] is False
+    assert base == AdversarialRLConfig().model_dump()  # the defaults are the CPU recipe
