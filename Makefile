@@ -62,5 +62,14 @@ ui: install
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.mlflow/mlflow.db \
 		--host 127.0.0.1 --port 5000 --workers 1
 
+# The nightly deployment (prefect.yaml) on a local Prefect server + worker, all on 127.0.0.1;
+# pids and logs in .prefect/. `make unschedule` stops the worker, then the server.
+.PHONY: schedule unschedule
+schedule: install
+	$(PY) -m advrag.cli schedule
+
+unschedule:
+	$(PY) -m advrag.cli unschedule
+
 clean:
 	rm -rf .mlflow .prefect processed .cache/advrag

@@ -214,5 +214,69 @@ def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP
     flow(load_config(config, DemoConfig))
 
 
+NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config (configs/nightly.yaml).")
+
+
+@app.command()
+def nightly(config: Path = NIGHTLY_CONFIG) -> None:
+    """Flow: data refresh → GX gate → train → benchmark → promotion gate (what the schedule runs)."""
+    from flows.nightly import nightly as flow
+
+    flow(str(config))
+
+
+@app.command()
+def promote(
+    version: str | None = typer.Option(None, help="Registered version to decide on (default: the latest)."),
+    config: Path = NIGHTLY_CONFIG,
+    force: bool = typer.Option(False, help="Make it champion even if the gate says no (recorded as forced)."),
+) -> None:
+    """Promotion gate: `champion` only if it clearly beats the champion on the same questions."""
+    from flows.nightly import promote as flow
+
+    result = flow(str(config), version, force)
+    typer.echo(f"v{result['version']}: {result['alias']} ({result['promotion.reason']})")
+
+
+@app.command()
+def rollback(config: Path = NIGHTLY_CONFIG) -> None:
+    """Give `champion` back to the version the current champion replaced."""
+    from advrag.config import NightlyConfig, load_config
+    from tasks import promotion, tracking
+
+    name = load_config(config, NightlyConfig).train.registered_model
+    tracking.configure()
+    try:
+        restored, demoted = promotion.rollback.fn(name)
+    except LookupError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"{name}@champion: v{demoted} → v{restored}")
+
+
+@app.command()
+def schedule(
+    port: int = typer.Option(4200, help="Port of the local Prefect server (bound to 127.0.0.1)."),
+    pool: str = typer.Option("advrag-local", help="Process work pool of the deployment and worker."),
+) -> None:
+    """Start a local Prefect server, register the nightly deployment, start a worker."""
+    from advrag.scheduling import schedule as start
+
+    s = start(Path("."), Path(os.environ["PREFECT_HOME"]), port=port, pool=pool)
+    typer.echo(f"Prefect UI {s.ui_url} (API {s.api_url}), server ready in {s.server_start_s:.1f} s")
+    typer.echo(f"deployments {', '.join(s.deployments)} on pool {s.pool}; logs and pids in {s.home}")
+    typer.echo(f"run one now: PREFECT_API_URL={s.api_url} prefect deployment run 'nightly/nightly'")
+    typer.echo("stop: advrag unschedule")
+
+
+@app.command()
+def unschedule() -> None:
+    """Stop the worker, then the local Prefect server."""
+    from advrag.scheduling import unschedule as stop
+
+    stopped = stop(Path(os.environ["PREFECT_HOME"]))
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
 if __name__ == "__main__":
     app()

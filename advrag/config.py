@@ -230,3 +230,37 @@ class AdversarialRLConfig(Strict):
         if set(self.pattern_scores) != set(ARR_PATTERNS):
             raise ValueError(f"pattern_scores needs exactly the patterns {list(ARR_PATTERNS)}")
         return self
+
+
+class PromotionSection(Strict):
+    """The registry promotion gate (``advrag/promotion.py``)."""
+
+    method: Method = Field("search_r1", description="Method whose per-question EM is compared "
+                           "(the trained agent is a Search-R1-style agent).")
+    min_margin: float = Field(0.0, ge=-1, le=1, description="The lower bound of the 95 % interval "
+                              "of EM(candidate) − EM(champion) must exceed this to promote.")
+    n_boot: int = Field(2000, ge=100, description="Paired-bootstrap resamples.")
+    seed: int = Field(0, description="Bootstrap seed (the same evidence gives the same decision).")
+
+
+class NightlyConfig(Strict):
+    """`nightly`: data refresh → GX gate → training → benchmark → promotion gate."""
+
+    data: DataConfig = Field(default_factory=DataConfig, description="World, gate and DVC stages.")
+    train: TrainFlowConfig = Field(
+        default_factory=TrainFlowConfig,
+        description="Training; its `evaluate` is the promotion gate's evaluation set (the "
+        "candidate is benchmarked on it, and the champion too when its results are on other questions).",
+    )
+    promotion: PromotionSection = Field(default_factory=PromotionSection)
+
+    @model_validator(mode="after")
+    def _gate_has_evidence(self) -> NightlyConfig:
+        """The gate needs a benchmark of the gate's method, on the index `dvc repro` builds."""
+        if not self.data.dvc_repro:
+            raise ValueError("data.dvc_repro must be true: the nightly trains on the index it builds")
+        evaluate = self.train.evaluate
+        if evaluate is None or self.promotion.method not in evaluate.methods:
+            raise ValueError(f"train.evaluate must run method {self.promotion.method!r}: the "
+                             "promotion gate compares its per-question EM")
+        return self

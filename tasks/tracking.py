@@ -238,6 +238,70 @@ def set_model_version_tags(name: str, version: str, tags: dict[str, str]) -> Non
         client().set_model_version_tag(name, version, key, str(value))
 
 
+def _missing(err: mlflow.exceptions.MlflowException) -> bool:
+    """Whether an MLflow error means "no such run / model / version / alias"."""
+    return err.error_code in {"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"}
+
+
+def model_version_tags(name: str, version: str) -> dict[str, str]:
+    """Tags of a registered model version; a clear error when it does not exist."""
+    try:
+        return dict(client().get_model_version(name, version).tags)
+    except mlflow.exceptions.MlflowException as err:
+        if _missing(err):
+            raise LookupError(f"model {name!r} has no version {version!r} in "
+                              f"{mlflow.get_tracking_uri()}") from err
+        raise
+
+
+def latest_version(name: str) -> str | None:
+    """The highest version number of a registered model (None: no versions)."""
+    versions = client().search_model_versions(f"name = '{name}'")
+    return str(max(int(v.version) for v in versions)) if versions else None
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    """The version an alias points at (None: no such alias or model)."""
+    try:
+        return str(client().get_model_version_by_alias(name, alias).version)
+    except mlflow.exceptions.MlflowException as err:
+        if _missing(err):
+            return None
+        raise
+
+
+def set_alias(name: str, alias: str, version: str) -> None:
+    """Point ``alias`` at ``version`` (moving it from wherever it was)."""
+    client().set_registered_model_alias(name, alias, version)
+
+
+def delete_alias(name: str, alias: str) -> None:
+    """Remove an alias if it exists."""
+    if alias_version(name, alias) is not None:
+        client().delete_registered_model_alias(name, alias)
+
+
+def run_status(run_id: str) -> str | None:
+    """FINISHED, FAILED, KILLED or RUNNING; None when no such run exists."""
+    try:
+        return client().get_run(run_id).info.status
+    except mlflow.exceptions.MlflowException as err:
+        if _missing(err):
+            return None
+        raise
+
+
+def list_artifacts(run_id: str, path: str | None = None) -> list[str]:
+    """Artifact paths directly under ``path`` of a run."""
+    return [a.path for a in client().list_artifacts(run_id, path)]
+
+
+def load_table(run_id: str, artifact_file: str) -> list[dict[str, Any]]:
+    """The rows of a table stored by ``log_table``."""
+    table = mlflow.artifacts.load_dict(f"{client().get_run(run_id).info.artifact_uri}/{artifact_file}")
+    return [dict(zip(table["columns"], row)) for row in table["data"]]
+
+
 def git_commit(root: Path = Path(".")) -> str:
     """The checked-out commit (``+dirty`` when the tree has changes), or ``unknown``."""
     import subprocess

@@ -1,0 +1,184 @@
+"""`advrag schedule` / `unschedule`: a local Prefect server, the work pool, the deployments, a worker.
+
+Everything binds to 127.0.0.1 and keeps its state in ``PREFECT_HOME``
+(``.prefect/`` in the project): the server's SQLite database, and for each
+background process a pid file and a log (``server.pid``/``server.log``,
+``worker.pid``/``worker.log``). ``schedule`` is re-runnable: live processes are
+reused and the deployments re-registered, which also drops runs the scheduler
+had queued for the old definition (so a restart after days off does not
+replay every missed night). ``unschedule`` stops the worker before the server,
+so the worker never polls a dying API.
+
+Processes are found again through their pid files; a pid is only signalled
+if ``/proc`` shows a Prefect process under it (Linux), so a stale file never
+kills an unrelated program that reused the number.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+
+
+class SchedulingError(RuntimeError):
+    """A Prefect command or process failed; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """Where the local scheduler lives and how long its server took to answer."""
+
+    ui_url: str
+    api_url: str
+    port: int
+    pool: str
+    deployments: tuple[str, ...]
+    server_start_s: float
+    home: Path
+
+
+def api_url(port: int) -> str:
+    """The API URL of a local server on ``port``."""
+    return f"http://{HOST}:{port}/api"
+
+
+def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-local",
+             deployments: tuple[str, ...] = ("nightly",), timeout_s: float = 180) -> Scheduled:
+    """Server → work pool → deployments (from ``root``/prefect.yaml) → worker."""
+    home = home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    env = prefect_env(home, port)
+    started = time.monotonic()
+    if running(home, "server") is None:
+        start_background(home, "server", [*prefect_cli(), "server", "start", "--host", HOST,
+                                          "--port", str(port), "--analytics-off"], env, root)
+    wait_healthy(api_url(port), timeout_s, home)
+    server_start_s = time.monotonic() - started
+    ensure_pool(pool, env, root)
+    names = [arg for name in deployments for arg in ("-n", name)]
+    run_cli(["--no-prompt", "deploy", *names, "--pool", pool], env, root)
+    if running(home, "worker") is None:
+        start_background(home, "worker", [*prefect_cli(), "worker", "start", "--pool", pool,
+                                          "--type", "process", "--limit", "1",
+                                          "--install-policy", "never"], env, root)
+    return Scheduled(f"http://{HOST}:{port}", api_url(port), port, pool, tuple(deployments),
+                     server_start_s, home)
+
+
+def unschedule(home: Path, timeout_s: float = 30) -> list[str]:
+    """Stop the worker, then the server; returns what was stopped."""
+    stopped = []
+    for name in ("worker", "server"):
+        if stop(home.resolve(), name, timeout_s):
+            stopped.append(name)
+    return stopped
+
+
+def prefect_env(home: Path, port: int) -> dict[str, str]:
+    """This environment plus project-local Prefect state and the local API."""
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url(port),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+
+
+def prefect_cli() -> list[str]:
+    """The Prefect CLI of this interpreter (not whichever ``prefect`` is on PATH)."""
+    return [sys.executable, "-m", "prefect"]
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
+    """Run a Prefect CLI command to completion; raise with its output when it fails."""
+    proc = subprocess.run([*prefect_cli(), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise SchedulingError(f"`prefect {' '.join(args)}` failed (exit {proc.returncode}):\n"
+                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def ensure_pool(pool: str, env: dict[str, str], cwd: Path) -> None:
+    """Create the process work pool unless it exists."""
+    try:
+        run_cli(["work-pool", "inspect", pool], env, cwd)
+    except SchedulingError:
+        run_cli(["work-pool", "create", pool, "--type", "process"], env, cwd)
+
+
+def start_background(home: Path, name: str, cmd: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Start ``cmd`` detached in its own session, logging to ``<name>.log``; write ``<name>.pid``."""
+    with open(home / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    (home / f"{name}.pid").write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_healthy(url: str, timeout_s: float, home: Path) -> None:
+    """Poll ``/health`` until the server answers; fail early if it exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if running(home, "server") is None:
+            raise SchedulingError(f"the Prefect server exited; see {home / 'server.log'}")
+        time.sleep(0.5)
+    raise SchedulingError(f"the Prefect server did not answer {url}/health within {timeout_s:.0f} s; "
+                          f"see {home / 'server.log'}")
+
+
+def running(home: Path, name: str) -> int | None:
+    """The pid of our live ``name`` process, or None (a stale pid file is removed)."""
+    pid_file = home / f"{name}.pid"
+    try:
+        pid = int(pid_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if _is_prefect(pid):
+        return pid
+    pid_file.unlink(missing_ok=True)
+    return None
+
+
+def stop(home: Path, name: str, timeout_s: float) -> bool:
+    """SIGTERM the process group, SIGKILL it after ``timeout_s``; False if nothing ran."""
+    pid = running(home, name)
+    if pid is None:
+        return False
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _is_prefect(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _is_prefect(pid):
+        _signal_group(pid, signal.SIGKILL)
+    (home / f"{name}.pid").unlink(missing_ok=True)
+    return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the session ``start_background`` created (its group id is the leader's pid)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _is_prefect(pid: int) -> bool:
+    """A live (not zombie) process whose command line runs Prefect."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = (proc / "cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z" and b"prefect" in cmdline

@@ -1,0 +1,150 @@
+"""Deployment as code, and the schedule against a REAL local Prefect server with a worker.
+
+`advrag.scheduling.schedule` starts `prefect server start` on 127.0.0.1, creates the
+process pool, runs `prefect deploy -n nightly` on the repo's prefect.yaml and starts a
+worker. The test checks that the scheduler itself created the cron's runs (02:00
+Europe/Berlin, by hand from zoneinfo), that `prefect deployment run 'nightly/nightly'`
+is executed by the worker to Completed (the tiny nightly chain: a champion in MLflow),
+and that `unschedule` stops both processes.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+import yaml
+
+from advrag import dataplane, scheduling
+from advrag.config import NightlyConfig, load_config
+from tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+TERRAFORM = ROOT / "infra/terraform/modules/gpu_workers"
+
+
+def deployments() -> dict[str, dict]:
+    """prefect.yaml's deployments by name (YAML merge keys resolved)."""
+    return {d["name"]: d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}
+
+
+def test_deployments_match_the_config_and_the_gpu_workers():
+    local, gpu = deployments()["nightly"], deployments()["nightly-gpu"]
+    for d in (local, gpu):
+        assert d["entrypoint"] == "flows/nightly.py:nightly"
+        assert d["schedules"] == [{"cron": "0 2 * * *", "timezone": "Europe/Berlin", "active": True}]
+        load_config(ROOT / d["parameters"]["config"], NightlyConfig)
+    assert "pull" not in local  # prefect deploy records the checkout it ran in
+    variables = (TERRAFORM / "variables.tf").read_text()
+    pool = re.search(r'variable "prefect_work_pool" \{[^}]*default\s*=\s*"([^"]+)"', variables)
+    workdir = re.search(r"WorkingDirectory=(\S+)", (TERRAFORM / "cloud-init.yaml.tftpl").read_text())
+    assert gpu["work_pool"]["name"] == pool.group(1) == "advrag-gpu"
+    assert gpu["pull"] == [{"prefect.deployments.steps.set_working_directory":
+                            {"directory": workdir.group(1)}}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory, tiny_policy_dir):
+    """A project checkout in tmp (DVC stages, prefect.yaml, a tiny nightly config) on a live
+    local server; everything is stopped afterwards, worker first."""
+    root = tmp_path_factory.mktemp("scheduled-project")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dataplane.run_dvc(["init", "-q"], root)
+    for name in ("dvc.yaml", "params.yaml", "prefect.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copytree(ROOT / "advrag", root / "advrag")
+    (root / "flows").symlink_to(ROOT / "flows")
+    config = yaml.safe_load((ROOT / "configs/nightly-tiny.yaml").read_text())
+    config["train"]["model"] = str(tiny_policy_dir)
+    (root / "configs").mkdir()
+    (root / "configs/nightly.yaml").write_text(yaml.safe_dump(config))
+    home = root / ".prefect"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(root / ".mlflow"))
+        patch.setenv("PREFECT_WORKER_QUERY_SECONDS", "2")
+        patch.delenv("PREFECT_API_URL", raising=False)
+        try:
+            yield root, scheduling.schedule(root, home, port=free_port(), pool="advrag-test")
+        finally:
+            scheduling.unschedule(home)
+
+
+def api(scheduled, path: str, body: dict | None = None):
+    _, info = scheduled
+    response = httpx.post(f"{info.api_url}{path}", json=body or {}, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def next_two_am_berlin(count: int) -> list[datetime]:
+    """The next ``count`` 02:00 wall-clock times in Berlin (02:00 always exists there)."""
+    berlin = ZoneInfo("Europe/Berlin")
+    now = datetime.now(berlin)
+    day = now.date() if now.hour < 2 else now.date() + timedelta(days=1)
+    return [datetime(d.year, d.month, d.day, 2, tzinfo=berlin)
+            for d in (day + timedelta(days=i) for i in range(count))]
+
+
+@pytest.mark.slow
+def test_the_scheduler_creates_the_cron_runs(scheduled):
+    _, info = scheduled
+    assert info.server_start_s > 0 and (info.home / "server.pid").is_file()
+    assert (info.home / "worker.pid").is_file()
+    [deployment] = api(scheduled, "/deployments/filter",
+                       {"deployments": {"name": {"any_": ["nightly"]}}})
+    assert deployment["work_pool_name"] == "advrag-test"
+    assert deployment["parameters"] == {"config": "configs/nightly.yaml"}
+    runs: list = []
+    deadline = time.monotonic() + 90  # the recent-deployments scheduler loops every 5 s
+    while len(runs) < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+        runs = api(scheduled, "/flow_runs/filter", {
+            "flow_runs": {"deployment_id": {"any_": [deployment["id"]]},
+                          "state": {"type": {"any_": ["SCHEDULED"]}}},
+            "sort": "EXPECTED_START_TIME_ASC"})
+    assert all(run["auto_scheduled"] for run in runs)
+    starts = [datetime.fromisoformat(run["expected_start_time"]) for run in runs[:3]]
+    assert starts == next_two_am_berlin(3)
+
+
+@pytest.mark.slow
+def test_a_triggered_run_completes_on_the_worker(scheduled):
+    root, info = scheduled
+    env = scheduling.prefect_env(info.home, info.port)
+    out = scheduling.run_cli(["deployment", "run", "nightly/nightly"], env, root)
+    run_id = re.search(r"UUID: (\S+)", out).group(1)
+    state = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{info.api_url}/flow_runs/{run_id}", timeout=30).json()["state"]
+        if state["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+            break
+        time.sleep(2)
+    assert state["type"] == "COMPLETED", (state, (info.home / "worker.log").read_text()[-4000:])
+    tracking.configure(tracking.default_uri(root / ".mlflow"))
+    assert tracking.alias_version("advrag-reasoner", "champion") == "1"
+    assert (root / "dvc.lock").is_file() and (root / "data.dvc").is_file()
+
+
+@pytest.mark.slow
+def test_unschedule_stops_worker_then_server(scheduled):
+    _, info = scheduled
+    assert scheduling.unschedule(info.home) == ["worker", "server"]
+    assert not (info.home / "worker.pid").exists() and not (info.home / "server.pid").exists()
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{info.api_url}/health", timeout=2)
+    assert scheduling.unschedule(info.home) == []
