@@ -170,7 +170,7 @@ class AdversarialRLConfig(Strict):
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     optim: dict = Field(
-        default_factory=lambda: {"lr": 1e-5, "micro_batch_size": 4, "max_seq_len": 1024,
+        default_factory=lambda: {"lr": 5e-5, "micro_batch_size": 2, "max_seq_len": 2048,
                                  "kl_coef": 0.001},
         description="Local-engine TrainConfig fields of both agents (lr, kl_coef, …; not group_size).",
     )
@@ -178,6 +178,12 @@ class AdversarialRLConfig(Strict):
         default_factory=dict, description="TrainConfig fields that differ for the verifier."
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    warmup: WarmupSection | None = Field(
+        default_factory=lambda: WarmupSection(demonstrations=32, sft={
+            "lr": 2e-4, "batch_size": 8, "micro_batch_size": 2, "max_seq_len": 2048}),
+        description="SFT of the start model on grounded ARR dialogues (both roles), merged "
+        "into the base both agents start from; null skips it.",
+    )
     steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     group_size: int = Field(4, ge=1, description="Dialogues G per question (GRPO group; paper 5).")
@@ -225,6 +231,9 @@ class AdversarialRLConfig(Strict):
                              "for full fine-tuning")
         if self.verifier_model is not None and self.policies != "separate":
             raise ValueError("verifier_model needs policies: separate (a shared base has one model)")
+        if self.verifier_model is not None and self.warmup is not None:
+            raise ValueError("the warm-up makes one start model for both agents: set warmup: null "
+                             "to start the verifier from verifier_model")
         if "group_size" in self.optim or "group_size" in self.verifier_optim:
             raise ValueError("set group_size at the top level, not in optim (both agents share it)")
         if set(self.pattern_scores) != set(ARR_PATTERNS):

@@ -7,7 +7,7 @@ from prefect import flow
 from advrag import dataplane
 from advrag.config import AdversarialRLConfig
 from flows.benchmark import benchmark
-from flows.train import benchmark_tags, retrieval_settings
+from flows.train import benchmark_tags, prefixed, retrieval_settings
 from tasks import arr, tracking
 from tasks import benchmark as bench
 from tasks.train import batch_for_step
@@ -15,16 +15,22 @@ from tasks.train import batch_for_step
 
 @flow(name="adversarial_rl", log_prints=True)
 def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name: str = "arr") -> dict:
-    """Resume → (batch → ARR step → log → checkpoint)* → plots → export → register ×2 → benchmark."""
+    """Warm-up → resume → (batch → ARR step → log → checkpoint)* → plots → export → register ×2 → benchmark."""
     tracking.configure()
     version = dataplane.data_version()
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": "adversarial_rl", "method": config.method,
             "model": config.model}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
-        dual, generators = arr.build_agents(config)
         retriever = bench.load_retriever(retrieval_settings(config))
         records = bench.load_questions("world", retrieval_settings(config, split="train"))
+        start_model = config.model
+        if config.warmup is not None:
+            warm_dir, warm_history = arr.warm_up(config, retriever, records)
+            for i, metrics in enumerate(warm_history):
+                tracking.log_metrics(run_id, prefixed("warmup/", metrics), step=i)
+            start_model = str(warm_dir)
+        dual, generators = arr.build_agents(config, start_model)
         history, traces = [], []
         for step in range(arr.resume_latest(dual, config), config.steps):
             batch = batch_for_step(records, step, config.questions_per_step, dual["reasoner"].config.seed)
@@ -48,8 +54,11 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
                "versions": versions}
     if config.evaluate is not None:
         pairs = {"base": (config.model, config.verifier_model),
+                 "warmup": (start_model, None),
                  "trained": (str(model_dirs["reasoner"]), str(model_dirs["verifier"]))}
         for name, (reasoner, verifier) in pairs.items():
+            if name == "warmup" and start_model == config.model:
+                continue
             evaluation = benchmark(config.evaluate.model_copy(
                 update={"model": reasoner, "verifier_model": verifier}), run_name=f"{run_name}-{name}")
             results[name] = evaluation["results"]

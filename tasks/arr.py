@@ -13,7 +13,7 @@ from advrag.config import AdversarialRLConfig
 from advrag.datasets.records import QARecord
 
 # settings a checkpoint must share with the run that resumes it (beyond the optimizer's)
-METHOD_FIELDS = {"method", "policies", "model", "verifier_model", "lora", "group_size",
+METHOD_FIELDS = {"method", "policies", "model", "verifier_model", "lora", "warmup", "group_size",
                  "max_turns", "topk", "max_new_tokens", "temperature", "lam", "n_bins", "delta",
                  "pattern_scores", "critique_actions", "monitored_actions", "adversarial_reward",
                  "process_advantage", "format_penalty", "questions_per_step"}
@@ -29,8 +29,46 @@ def agent_configs(config: AdversarialRLConfig):
 
 
 @task(cache_policy=NO_CACHE)
-def build_agents(config: AdversarialRLConfig):
-    """Both agents (adapters on one base, or two models), their trainers and generators."""
+def warm_up(config: AdversarialRLConfig, retriever, records: list[QARecord]):
+    """SFT on grounded ARR dialogues (both roles), merged into the base: where both agents start.
+
+    Returns ``(model_dir, per-step metrics)``; ``checkpoint_dir/warmup`` is reused by
+    reruns (no metrics then) and refused if it was made with other settings.
+    """
+    from advrag.curation.arr_demonstrations import (
+        build_arr_demonstrations,
+        demonstration_trajectories,
+    )
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.local.policy import LoraSettings, TrainablePolicy
+    from advrag.engines.local.sft import SFTConfig, supervised_finetune
+    from models.loading import load_policy
+    from tasks.train import _reuse_warmup, save_merged
+
+    out = config.checkpoint_dir / "warmup"
+    settings = {"model": config.model, "lora": config.lora, "max_turns": config.max_turns,
+                "topk": config.topk, **config.warmup.model_dump()}
+    if _reuse_warmup(out, settings):
+        return out, []
+    loaded = load_policy(config.model, dtype="float32")
+    lora = LoraSettings(**config.lora) if config.lora is not None else None
+    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=False,
+                             cpu_bf16=config.cpu_bf16)
+    dialogues = build_arr_demonstrations(
+        records, retriever, HFGenerator(policy.model, loaded.tokenizer).chat_prompt,
+        topk=config.topk, max_turns=config.max_turns, limit=config.warmup.demonstrations)
+    history = supervised_finetune(policy, loaded.tokenizer, demonstration_trajectories(dialogues),
+                                  SFTConfig(**config.warmup.sft))
+    save_merged(policy.model, loaded.tokenizer, out, settings)
+    return out, history
+
+
+@task(cache_policy=NO_CACHE)
+def build_agents(config: AdversarialRLConfig, model_spec: str | None = None):
+    """Both agents (adapters on one base, or two models), their trainers and generators.
+
+    ``model_spec`` (e.g. the warm-up's model) replaces ``config.model`` as the start.
+    """
     from advrag.engines.local import dual as d
     from advrag.engines.local.policy import LoraSettings
     from advrag.engines.local.trainer import seed_everything
@@ -39,12 +77,13 @@ def build_agents(config: AdversarialRLConfig):
     configs = agent_configs(config)
     seed_everything(configs["reasoner"].seed)  # adapter initialisation draws random numbers
     lora = LoraSettings(**config.lora) if config.lora is not None else None
-    loaded = {"reasoner": load_policy(config.model, dtype="float32")}
+    loaded = {"reasoner": load_policy(model_spec or config.model, dtype="float32")}
     if config.policies == "shared_lora":
         policies = d.shared_lora_policies(loaded["reasoner"].model, lora, cpu_bf16=config.cpu_bf16)
         loaded["verifier"] = loaded["reasoner"]
     else:
-        loaded["verifier"] = load_policy(config.verifier_model or config.model, dtype="float32")
+        verifier = config.verifier_model or model_spec or config.model
+        loaded["verifier"] = load_policy(verifier, dtype="float32")
         policies = d.separate_policies(
             {name: p.model for name, p in loaded.items()}, lora, cpu_bf16=config.cpu_bf16,
             keep_reference=any(c.kl_coef > 0 for c in configs.values()))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from prefect.testing.utilities import prefect_test_harness
 
-from advrag.config import AdversarialRLConfig, BenchmarkConfig
+from advrag.config import AdversarialRLConfig, BenchmarkConfig, WarmupSection
 from flows.adversarial_rl import adversarial_rl
 from models.loading import load_policy
 from tasks import tracking
@@ -34,7 +34,7 @@ def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> A
         optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048, "kl_coef": 0.01},
         checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
         experiment="arr-test", registered_reasoner="tiny-arr-reasoner",
-        registered_verifier="tiny-arr-verifier", evaluate=evaluate,
+        registered_verifier="tiny-arr-verifier", evaluate=evaluate, warmup=None,
     )
     return AdversarialRLConfig(**(settings | changes))
 
@@ -94,15 +94,27 @@ def test_joint_training_logs_registers_and_benchmarks_both_agents(
     assert verifiers == {"arr-base": "None", "arr-trained": result["model_dirs"]["verifier"]}
 
 
-def test_rerun_resumes_and_refuses_other_method_settings(
+def test_warm_up_then_rerun_resumes_and_refuses_other_method_settings(
         prefect_server, store, tmp_path, small_world_dir, small_index_dir, tiny_policy_dir):
     args = (tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
-    adversarial_rl(config(*args, 1))  # the default layout: a LoRA adapter per agent, one base
+    warmup = WarmupSection(demonstrations=2, sft={"lr": 1e-3, "batch_size": 3,
+                                                  "micro_batch_size": 3, "max_seq_len": 4096})
+    # the default layout (a LoRA adapter per agent on one base) after an SFT warm-up
+    first = adversarial_rl(config(*args, 1, warmup=warmup))
+    client = mlflow.MlflowClient()
+    sft = client.get_metric_history(first["run_id"], "warmup/loss")
+    assert [m.step for m in sft] == [0, 1]  # 2 dialogues × 3 roles in batches of 3
+    warm = load_policy(str(tmp_path / "ckpt" / "warmup"))
+    base = load_policy(str(tiny_policy_dir))
+    assert any(not torch.equal(a, b) for a, b in zip(warm.model.parameters(),
+                                                     base.model.parameters()))
     for agent in ("reasoner", "verifier"):
         weights = tmp_path / "ckpt" / agent / "step-00000001" / "weights"
         assert (weights / "adapter_model.safetensors").is_file()
-    second = adversarial_rl(config(*args, 2))
-    history = mlflow.MlflowClient().get_metric_history(second["run_id"], "verifier/reward_mean")
+
+    second = adversarial_rl(config(*args, 2, warmup=warmup))  # reuses the warm-up, resumes
+    history = client.get_metric_history(second["run_id"], "verifier/reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoints
+    assert client.get_metric_history(second["run_id"], "warmup/loss") == []
     with pytest.raises(ValueError, match="other ARR settings"):
-        adversarial_rl(config(*args, 3, lam=0.9))
+        adversarial_rl(config(*args, 3, warmup=warmup, lam=0.9))

@@ -1,0 +1,91 @@
+"""ARR joint-step time split: rollout / scoring / update per agent, on the offline world.
+
+    python bench/bench_arr.py --model tiny      # a tiny random model built here (seconds)
+    python bench/bench_arr.py --model smollm2   # SmolLM2-135M, configs/arr.yaml's recipe
+
+Runs ``--steps`` joint updates (the first is a warm-up and is reported apart)
+through the same engine calls as the `adversarial_rl` flow (no Prefect, no
+MLflow), with the shared-base LoRA layout and the config's rollout settings,
+on data/world and processed/index. Prints and writes
+bench/results/arr_step_<model>.json: median seconds of each part over the
+steps after the warm-up, the warm-up step's, peak RSS, and the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+PARTS = ("reasoner/time/rollout_s", "verifier/time/rollout_s", "time/retrieval_s",
+         "reasoner/time/score_s", "verifier/time/score_s", "reasoner/time/update_s",
+         "verifier/time/update_s", "time/step_s")
+
+
+def tiny_model(world: Path, out: Path) -> Path:
+    """A tiny random Llama with a BPE tokenizer trained on the world's corpus."""
+    from models.tiny import build_tiny_policy
+
+    lines = (world / "corpus.jsonl").read_text().splitlines()
+    return build_tiny_policy(out, [json.loads(line)["contents"] for line in lines])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny", help="'tiny', 'smollm2' or a model directory")
+    parser.add_argument("--config", type=Path, default=Path("configs/arr.yaml"))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    from advrag.config import AdversarialRLConfig, load_config
+    from advrag.datasets.loaders import load_qa
+    from advrag.engines.local.arr_step import arr_step
+    from advrag.retrieval.retriever import load_retriever
+    from tasks import arr
+
+    config = load_config(args.config, AdversarialRLConfig)
+    scratch = tempfile.TemporaryDirectory()
+    model = args.model
+    if model == "tiny":
+        model = str(tiny_model(config.world_dir, Path(scratch.name) / "tiny"))
+        config = config.model_copy(update={
+            "cpu_bf16": False, "optim": {**config.optim, "max_seq_len": 4096}})
+    config = config.model_copy(update={"model": model})
+    dual, generators = arr.build_agents.fn(config)
+    retriever = load_retriever(config.index_dir)
+    records = load_qa(config.world_dir / "train.jsonl")
+    settings = arr.settings(config)
+    steps = []
+    for step in range(args.steps):
+        batch = records[step * config.questions_per_step:(step + 1) * config.questions_per_step]
+        steps.append(arr_step(dual, generators, retriever, batch, settings).metrics)
+        print(f"step {step}: " + ", ".join(f"{p} {steps[-1][p]:.2f}" for p in PARTS), flush=True)
+    later = steps[1:] or steps
+    result = {
+        "model": args.model,
+        "median_s": {p: statistics.median(s[p] for s in later) for p in PARTS},
+        "warmup_step_s": {p: steps[0][p] for p in PARTS},
+        "tokens": {a: statistics.median(s[f"{a}/tokens"] for s in later)
+                   for a in ("reasoner", "verifier")},
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "settings": {k: getattr(config, k) for k in (
+            "group_size", "questions_per_step", "max_turns", "topk", "max_new_tokens",
+            "policies", "cpu_bf16")} | {"lora": config.lora, "steps": args.steps},
+        "machine": {"cpu": platform.processor() or platform.machine(),
+                    "threads": torch.get_num_threads()},
+    }
+    out = args.out or Path(f"bench/results/arr_step_{Path(args.model).name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["median_s"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
