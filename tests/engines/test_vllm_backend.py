@@ -32,6 +32,7 @@ needs_vllm = pytest.mark.skipif(
 LONG = " ".join(["Question: which river flows through the capital of the northern country?"] * 12)
 PROMPTS = ["Zorvath is a city", "The river", LONG, "<|im_start|>user\nWho?<|im_end|>\n"]
 NEW_TOKENS = 24
+SET_NUM_THREADS = torch.set_num_threads
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,7 @@ def test_greedy_matches_transformers(engine, policy):
     assert engine.generated_tokens - start == hf.generated_tokens > 0
     assert engine.chat_prompt("Who?", system="Be brief.") == hf.chat_prompt("Who?", "Be brief.")
     assert engine.generate([], max_new_tokens=4) == []
+    assert torch.set_num_threads is SET_NUM_THREADS  # vLLM's no-op replacement is undone
 
 
 def first_ascii_word(text: str, start: int = 2) -> str:

