@@ -45,7 +45,7 @@ vllm: $(VENV)/.vllm-installed
 demo: install
 	$(PY) -m advrag.cli demo --config configs/demo.yaml
 
-test: install
+test: install vllm
 	$(PY) -m pytest -q tests
 
 lint: install
