@@ -18,7 +18,10 @@ tokens/s = generated tokens / rollout wall time (retrieval included), median.
 vLLM modes also time the engine start and ``push_weights`` (median of
 ``repeats``). GRPO step: ``grpo_step`` with ``batch/group_size`` questions ×
 group 4 (rollout → reward → LoRA update → push to vLLM), median over
-``grpo-steps`` steps. Needs `dvc repro` (the index) and `make vllm`.
+``grpo-steps`` steps. Needs `dvc repro` (the index) and `make vllm`. Rows of
+earlier runs with the same workload are kept (one row per mode, the newest).
+Each row records the 1-minute load average when it finished: on a shared
+machine other processes slow every mode down.
 """
 
 from __future__ import annotations
@@ -156,18 +159,32 @@ def main() -> None:
         print(json.dumps(run_mode(args.mode, args)))
         return
     env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    settings = {k: getattr(args, k) for k in ("batch", "repeats", "grpo_steps", "max_turns",
-                                               "max_new_tokens")}
-    rows = []
+    result = previous_result(args)
     for mode in args.modes:
         out = subprocess.run(child_command(mode, args), check=True, stdout=subprocess.PIPE,
                              text=True, env=env).stdout
-        rows.append(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
-        print(f"{mode}: done", flush=True)
-        result = {"model": "smollm2 + LoRA r16", "group_size": GROUP_SIZE, **settings,
-                  "rows": rows}
+        row = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        row |= {"repeats": args.repeats, "grpo_steps_run": args.grpo_steps,
+                "load_avg_1min_after": os.getloadavg()[0]}
+        result["rows"] = [r for r in result["rows"] if r["mode"] != mode] + [row]
         atomic_write_text(args.out, [json.dumps(result, indent=2)])
-    print_table(rows)
+        print(f"{mode}: done", flush=True)
+    print_table(result["rows"])
+
+
+def previous_result(args) -> dict:
+    """The results file's content if it was made with the same workload, else a fresh one.
+
+    Modes can then be run in separate invocations; a mode's row is replaced
+    when it is run again.
+    """
+    settings = {"model": "smollm2 + LoRA r16", "group_size": GROUP_SIZE,
+                **{k: getattr(args, k) for k in ("batch", "max_turns", "max_new_tokens")}}
+    if args.out.is_file():
+        old = json.loads(args.out.read_text())
+        if {k: old.get(k) for k in settings} == settings:
+            return old
+    return settings | {"rows": []}
 
 
 if __name__ == "__main__":
