@@ -57,10 +57,9 @@ bench: install
 	$(PY) bench/bench_train.py --cpu-bf16
 	$(PY) bench/bench_demo.py
 
+# MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install
-	@echo "MLflow UI on http://127.0.0.1:5000 (Ctrl-C to stop)"
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.mlflow/mlflow.db \
-		--host 127.0.0.1 --port 5000 --workers 1
+	$(PY) -m advrag.cli ui
 
 # The nightly deployment (prefect.yaml) on a local Prefect server + worker, all on 127.0.0.1;
 # pids and logs in .prefect/. `make unschedule` stops the worker, then the server.

@@ -278,5 +278,35 @@ def unschedule() -> None:
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 
+@app.command()
+def ui(
+    mlflow_port: int = typer.Option(5000, help="Port of the MLflow UI (bound to 127.0.0.1)."),
+    prefect_port: int = typer.Option(4200, help="Port of the Prefect UI (bound to 127.0.0.1)."),
+    config: Path = typer.Option(Path("configs/demo.yaml"), help="Config naming the benchmark experiment."),
+) -> None:
+    """The MLflow UI (.mlflow/) and the Prefect UI (PREFECT_HOME) on the demo's stores; Ctrl-C stops both."""
+    from advrag import ui as servers
+    from advrag.config import DemoConfig, load_config
+    from tasks import tracking
+
+    store, notes = tracking.DEFAULT_DIR, []
+    if (store / "mlflow.db").is_file():
+        tracking.configure(tracking.default_uri(store))
+        experiment = load_config(config, DemoConfig).benchmark.experiment
+        route = tracking.share_runs_view(experiment, *servers.EM_F1_VIEW)
+        if route:
+            notes.append(f"EM/F1 of every {experiment} run: http://{servers.HOST}:{mlflow_port}/{route}")
+    specs = [servers.mlflow_spec(store / "mlflow.db", store / "artifacts", mlflow_port),
+             servers.prefect_spec(Path(os.environ["PREFECT_HOME"]), prefect_port)]
+    try:
+        servers.serve(specs, typer.echo, tuple(notes))
+    except servers.UIError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(1) from err
+    except KeyboardInterrupt:  # during start-up: what had started is already stopped
+        pass
+    typer.echo("stopped.")
+
+
 if __name__ == "__main__":
     app()

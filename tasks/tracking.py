@@ -12,7 +12,9 @@ own variables (``MLFLOW_S3_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -300,6 +302,27 @@ def load_table(run_id: str, artifact_file: str) -> list[dict[str, Any]]:
     """The rows of a table stored by ``log_table``."""
     table = mlflow.artifacts.load_dict(f"{client().get_run(run_id).info.artifact_uri}/{artifact_file}")
     return [dict(zip(table["columns"], row)) for row in table["data"]]
+
+
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+
+
+def share_runs_view(experiment: str, key: str, metric_pattern: str) -> str | None:
+    """Save a runs-table view of ``experiment`` whose columns are its metrics matching
+    ``metric_pattern`` (full match); returns its UI route, None if no such experiment.
+
+    The MLflow UI shows no metric columns until a person picks them; a shared
+    view (the experiment tag the UI's own "Share" writes, plain-JSON form) opens
+    the table with them, e.g. ``#/experiments/1/runs?viewStateShareKey=em-f1``.
+    """
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client().search_runs([found.experiment_id], max_results=1000)
+    keys = sorted({k for run in runs for k in run.data.metrics if re.fullmatch(metric_pattern, k)})
+    state = {"selectedColumns": [f"metrics.`{k}`" for k in keys]}
+    client().set_experiment_tag(found.experiment_id, SHARED_VIEW_TAG + key, json.dumps(state))
+    return f"#/experiments/{found.experiment_id}/runs?viewStateShareKey={key}"
 
 
 def git_commit(root: Path = Path(".")) -> str:

@@ -1,0 +1,295 @@
+"""The UIs as a person sees them: `advrag ui` (what `make ui` runs), headless Chromium.
+
+`advrag ui` runs as a subprocess in a tmp project dir, on free ports of
+127.0.0.1, and starts the real MLflow and Prefect servers. Chromium is Debian's `chromium`, installed here when it is
+missing; the tests skip, with apt's error, only if that fails. Each page is
+rendered once per try with `--dump-dom` and `--screenshot` in the same run (the
+DOM we assert on is the picture we save), in UTC and US English so dates read
+the same everywhere. Screenshots go to ``$ADVRAG_TEST_ARTIFACTS/ui`` (default
+``test-artifacts/ui`` in the repo root, git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from advrag import ui
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                  "--hide-scrollbars", "--lang=en-US", "--virtual-time-budget=15000"]
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+             "track", "wbr"}
+HIDDEN_TAGS = {"script", "style", "noscript", "title"}
+CELL_ROLES = {"cell", "gridcell", "columnheader"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Dom(HTMLParser):
+    """Visible text, ARIA table rows (cell texts) and AG Grid cells by (row-id, col-id)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[dict] = []
+        self.text: list[str] = []
+        self.rows: list[list[str]] = []
+        self.cells: dict[tuple[str, str], str] = {}
+        self.headers: dict[str, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in VOID_TAGS:
+            a = dict(attrs)
+            self.stack.append({"tag": tag, "role": a.get("role"), "row": a.get("row-id"),
+                               "col": a.get("col-id"), "text": [], "cells": []})
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            frame = self.stack.pop()
+            self._close(frame)
+            if frame["tag"] == tag:
+                return
+
+    def handle_data(self, data):
+        if any(f["tag"] in HIDDEN_TAGS for f in self.stack):
+            return
+        self.text.append(data)
+        for frame in self.stack:
+            if frame["role"] in CELL_ROLES:
+                frame["text"].append(data)
+
+    def _close(self, frame: dict) -> None:
+        if frame["role"] == "row":
+            self.rows.append(frame["cells"])
+        if frame["role"] not in CELL_ROLES:
+            return
+        text = squash(" ".join(frame["text"]))
+        row = next((f for f in reversed(self.stack) if f["role"] == "row"), None)
+        if row is not None:
+            row["cells"].append(text)
+        if frame["role"] == "columnheader" and frame["col"]:
+            self.headers[frame["col"]] = text
+        if frame["role"] == "gridcell" and frame["col"] and row is not None and row["row"]:
+            self.cells[(row["row"], frame["col"])] = text
+
+
+@dataclass
+class Page:
+    """One rendering of a URL: its DOM after the scripts ran, and the screenshot of it."""
+
+    url: str
+    html: str
+    screenshot: Path
+    dom: _Dom = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.dom = _Dom()
+        self.dom.feed(self.html)
+        self.dom.close()
+
+    @property
+    def text(self) -> str:
+        """The page's text, whitespace collapsed."""
+        return squash(" ".join(self.dom.text))
+
+    def row_with(self, needle: str) -> list[str]:
+        """Cell texts of the first table row with a cell equal to ``needle`` ([] if none)."""
+        return next((row for row in self.dom.rows if needle in row), [])
+
+
+@dataclass
+class Browser:
+    """Headless Chromium, a fresh profile per rendering."""
+
+    binary: str
+    profile_root: Path
+
+    def render(self, url: str, screenshot: Path, window: tuple[int, int]) -> Page:
+        profile = tempfile.mkdtemp(dir=self.profile_root)
+        cmd = [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+               f"--window-size={window[0]},{window[1]}", f"--screenshot={screenshot}",
+               "--dump-dom", url]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "TZ": "UTC"}, cwd=self.profile_root)
+        shutil.rmtree(profile, ignore_errors=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"chromium exited {proc.returncode} on {url}: {proc.stderr[-2000:]}")
+        return Page(url, proc.stdout, screenshot)
+
+    def wait_for(self, url: str, shows: Callable[[Page], bool], screenshot: Path,
+                 window: tuple[int, int] = (1600, 1000), timeout_s: float = 180) -> Page:
+        """Render until ``shows(page)`` (the SPA has fetched its data); the last page either way."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            page = self.render(url, screenshot, window)
+            if shows(page) or time.monotonic() > deadline:
+                return page
+            time.sleep(2)
+
+
+def _install_chromium() -> str:
+    """`apt-get update && apt-get install -y chromium`; skip the caller's tests if that fails."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            pytest.skip(f"Chromium is not installed and `{' '.join(cmd)}` could not run: {err}")
+        if proc.returncode != 0:
+            pytest.skip(f"Chromium is not installed and `{' '.join(cmd)}` failed: "
+                        f"{proc.stderr.strip()[-500:]}")
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("apt-get installed chromium but no `chromium` is on PATH")
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory) -> Browser:
+    return Browser(shutil.which("chromium") or _install_chromium(), tmp_path_factory.mktemp("chromium"))
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Where the screenshots go (kept after the run, for people and CI to look at)."""
+    out = Path(os.environ.get("ADVRAG_TEST_ARTIFACTS") or ROOT / "test-artifacts") / "ui"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@dataclass
+class MakeUI:
+    """A running `advrag ui`: its project dir, the URLs it serves and what it printed."""
+
+    process: subprocess.Popen
+    project: Path
+    mlflow_url: str
+    prefect_url: str
+    output: list[str]
+
+    @property
+    def prefect_env(self) -> dict[str, str]:
+        """Environment of a Prefect client or CLI talking to this server."""
+        return {**os.environ, "PREFECT_HOME": str(self.project / ".prefect"),
+                "PREFECT_API_URL": f"{self.prefect_url}/api"}
+
+    def wait_for_line(self, needle: str, timeout_s: float) -> None:
+        """Block until a printed line contains ``needle``; fail with the output if it exits first."""
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in line for line in self.output):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                time.sleep(0.5)  # let the reader thread drain the pipe
+                pytest.fail(f"`advrag ui` printed no {needle!r} (exit {self.process.poll()}):\n"
+                            + "".join(self.output[-40:]))
+            time.sleep(0.2)
+
+
+def _collect(process: subprocess.Popen, lines: list[str]) -> None:
+    """Append the process's output lines as they come (a reader thread)."""
+    for line in process.stdout:
+        lines.append(line)
+
+
+@pytest.fixture(scope="module")
+def make_ui(tmp_path_factory):
+    """`advrag ui` (what `make ui` runs) in a fresh project dir, on free ports: `.mlflow/` and
+    PREFECT_HOME=`.prefect/` start empty, as before a first `make demo`. Interrupted (Ctrl-C's
+    SIGINT) at the end unless a test already did."""
+    project = tmp_path_factory.mktemp("make-ui")
+    mlflow_port, prefect_port = free_port(), free_port()
+    env = {**os.environ, "PREFECT_HOME": str(project / ".prefect")}
+    for key in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "advrag.cli", "ui", "--mlflow-port", str(mlflow_port),
+           "--prefect-port", str(prefect_port), "--config", str(ROOT / "configs/demo.yaml")]
+    process = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    started = MakeUI(process, project, f"http://127.0.0.1:{mlflow_port}",
+                     f"http://127.0.0.1:{prefect_port}", [])
+    threading.Thread(target=_collect, args=(process, started.output), daemon=True).start()
+    try:
+        started.wait_for_line("Ctrl-C stops both.", timeout_s=300)
+        yield started
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(scope="module")
+def nightly_deployment(make_ui) -> dict:
+    """prefect.yaml's `nightly` deployment, registered the way `advrag schedule` does it (the
+    work pool, then `prefect deploy -n nightly` from the repo root) but with no worker: the
+    scheduler queues the cron's runs and nothing executes them."""
+    import httpx
+    import yaml
+
+    from advrag import scheduling
+
+    spec = next(d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+                if d["name"] == "nightly")
+    env = make_ui.prefect_env
+    scheduling.ensure_pool(spec["work_pool"]["name"], env, ROOT)
+    scheduling.run_cli(["--no-prompt", "deploy", "-n", "nightly", "--pool", spec["work_pool"]["name"]],
+                       env, ROOT)
+    found = httpx.get(f"{env['PREFECT_API_URL']}/deployments/name/nightly/nightly", timeout=30)
+    found.raise_for_status()
+    return {**found.json(), "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) -> dict:
+    """What the demo writes to the served store, from the real flows: the benchmark flow (demo
+    config, tiny policy, run on the served Prefect) and the policy registered as
+    `advrag-reasoner` v1 with the `champion` alias; then the EM/F1 view `advrag ui` links to
+    (it writes that view when it starts on an existing store; this one started empty)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from advrag.config import DemoConfig, NightlyConfig, load_config
+    from flows.benchmark import benchmark
+    from flows.train import benchmark_tags
+    from tasks import tracking
+
+    work = make_ui.project
+    config = load_config(ROOT / "configs/demo.yaml", DemoConfig).benchmark.model_copy(update=dict(
+        model=str(tiny_policy_dir), dtype="float32", world_dir=small_world_dir,
+        index_dir=small_index_dir, limit=4, batch_size=4, max_turns=1, max_new_tokens=8))
+    name = load_config(ROOT / "configs/nightly.yaml", NightlyConfig).train.registered_model
+    with pytest.MonkeyPatch.context() as patch, \
+            temporary_settings({PREFECT_API_URL: make_ui.prefect_env["PREFECT_API_URL"]}):
+        patch.chdir(work)  # the data version is read from the cwd's DVC files: none here
+        patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(work / tracking.DEFAULT_DIR))
+        result = benchmark(config, run_name="tiny-policy")
+        version = tracking.register_model_dir(result["run_id"], tiny_policy_dir, name,
+                                              tags=benchmark_tags(result))
+        tracking.set_alias(name, "champion", version)
+        route = tracking.share_runs_view(config.experiment, *ui.EM_F1_VIEW)
+        metrics = tracking.client().get_run(result["run_id"]).data.metrics
+    return {"config": config, "run_id": result["run_id"], "metrics": metrics,
+            "model": name, "version": version, "route": route}
