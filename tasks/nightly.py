@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 from prefect import task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 
 
-@task
+@task(cache_policy=NO_CACHE)
 def content_digest(paths: list[Path]) -> str:
     """SHA-256 over the files' names and bytes: changes exactly when the data does."""
     digest = hashlib.sha256()

@@ -17,13 +17,14 @@ import time
 from dataclasses import dataclass
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from advrag.config import PromotionSection
 from advrag.promotion import CHALLENGER, CHAMPION, Decision, decide
 from tasks import tracking
 
 PREVIOUS = "previous-champion"
-IO = {"retries": 2, "retry_delay_seconds": 2}
+IO = {"retries": 2, "retry_delay_seconds": 2, "cache_policy": NO_CACHE}  # registry I/O
 
 
 @dataclass(frozen=True)

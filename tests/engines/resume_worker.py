@@ -46,7 +46,7 @@ CONFIG = TrainConfig(
 ROLLOUT = {"max_turns": 1, "max_new_tokens": 6, "topk": 1}
 RECORDS_PER_STEP = 1
 CHECKPOINT_EVERY = 2
-TIMING_METRICS = {"tokens_per_s"}
+TIMING_METRICS = {"tokens_per_s", "rollout_s", "score_s", "update_s"}  # wall-clock
 
 
 class OnePassage:

@@ -70,7 +70,7 @@ def task_states(flow_run_id) -> dict[str, str]:
 
 
 def test_nightly_promotes_then_keeps_the_champion_then_fails_safe(project, tiny_policy_dir):
-    client = mlflow.MlflowClient()
+    client = mlflow.MlflowClient(tracking.configure())  # the module's store, whatever ran before
     name = "advrag-reasoner"
 
     first = nightly(tiny_config(project, tiny_policy_dir))

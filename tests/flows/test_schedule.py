@@ -20,6 +20,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import httpx
+import mlflow
 import pytest
 import yaml
 
@@ -135,9 +136,43 @@ def test_a_triggered_run_completes_on_the_worker(scheduled):
             break
         time.sleep(2)
     assert state["type"] == "COMPLETED", (state, (info.home / "worker.log").read_text()[-4000:])
-    tracking.configure(tracking.default_uri(root / ".mlflow"))
-    assert tracking.alias_version("advrag-reasoner", "champion") == "1"
+    store = mlflow.MlflowClient(tracking_uri=tracking.default_uri(root / ".mlflow"))  # no global URI
+    assert store.get_model_version_by_alias("advrag-reasoner", "champion").version == 1
     assert (root / "dvc.lock").is_file() and (root / "data.dvc").is_file()
+
+
+def runs_by_state(scheduled, deployment_id: str) -> dict[str, set[str]]:
+    """State name → ids of the deployment's flow runs."""
+    by_state: dict[str, set[str]] = {}
+    for run in api(scheduled, "/flow_runs/filter",
+                   {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}}):
+        by_state.setdefault(run["state"]["name"], set()).add(run["id"])
+    return by_state
+
+
+@pytest.mark.slow
+def test_rerun_reuses_the_server_and_skips_nights_missed_without_a_worker(scheduled):
+    root, info = scheduled
+    [deployment] = api(scheduled, "/deployments/filter",
+                       {"deployments": {"name": {"any_": ["nightly"]}}})
+    server_pid = (info.home / "server.pid").read_text()
+    scheduling.stop(info.home, "worker", 30)
+    now = datetime.now(ZoneInfo("UTC"))
+    api(scheduled, f"/deployments/{deployment['id']}/schedule",  # the scheduler's backfill
+        {"start_time": (now - timedelta(days=3)).isoformat(),
+         "end_time": (now - timedelta(minutes=1)).isoformat()})
+    missed = {run["id"] for run in api(scheduled, "/flow_runs/filter", {"flow_runs": {
+        "deployment_id": {"any_": [deployment["id"]]},
+        "expected_start_time": {"before_": now.isoformat()},
+        "state": {"type": {"any_": ["SCHEDULED"]}}}})}
+    assert len(missed) == 3  # 02:00 Berlin on each of the last three days
+
+    again = scheduling.schedule(root, info.home, port=info.port, pool="advrag-test")
+    assert (again.api_url, (info.home / "server.pid").read_text()) == (info.api_url, server_pid)
+    assert scheduling.running(info.home, "worker") is not None
+    assert missed <= runs_by_state(scheduled, deployment["id"]).get("Cancelled", set())
+    with pytest.raises(scheduling.SchedulingError, match="advrag unschedule"):
+        scheduling.schedule(root, info.home, port=info.port + 1, pool="advrag-test")
 
 
 @pytest.mark.slow

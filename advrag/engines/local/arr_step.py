@@ -19,6 +19,17 @@
 The reasoner updates first so its entropies (measured before its update, under
 the policy that sampled) are ready when the verifier's advantages need them.
 
+How this departs from the paper (silent on these points):
+
+- Each critique action gets its own ``A_proc`` (its own entropy, text and
+  step documents in eq. 7); eq. 9's indicator adds it to that action's tokens.
+- Impact (eq. 8) looks at the reasoner's turns that contain a monitored
+  action (turns without one are skipped); fewer than three such turns follow
+  ``core.entropy``'s rule for short sequences.
+- A broken tag grammar costs the agent ``format_penalty`` on top of eq. 5.
+- The Final Predictor is not trained (eq. 5 rewards y_r and y_v); its EM/F1
+  are logged, and its EM labels a dialogue correct in the entropy traces.
+
 Time split (seconds, per step): ``<agent>/time/rollout_s`` is time inside that
 agent's ``generate`` calls (the reasoner's includes the Final Predictor),
 ``time/retrieval_s`` the searches; ``<agent>/time/score_s`` the agent's

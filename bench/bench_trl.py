@@ -1,0 +1,409 @@
+"""Our GRPO step vs TRL's ``GRPOTrainer``, side by side in one run (single-turn, no retrieval).
+
+    python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
+                              [--warmup 1] [--modes full lora] [--cpu-bf16]
+
+Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
+its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
+same cached transformers directory ``models.loading`` converts) and alternates
+them: TRL takes one optimizer step, then our step runs from TRL's
+``on_step_end`` callback on the same questions, and so on. The first
+``--warmup`` steps of each side are dropped; medians of the rest are reported.
+
+What one step is, on each side (same prompts, group size, completion cap, lr,
+clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing):
+- ours: ``HFGenerator`` samples ``prompts × group`` completions from the
+  trainer's own model (one batched ``generate``), each becomes a ``Trajectory``
+  (prompt segment + policy segment), rewards are scored, then
+  ``LocalTrainer.update``: re-tokenise, old log-probs + entropy (one no-grad
+  forward), reference log-probs (only when KL > 0), GRPO advantages, PPO-clip
+  loss with gradient accumulation over micro-batches, clip, AdamW.
+- TRL: ``GRPOTrainer`` with ``num_iterations=1`` on transformers ``generate``:
+  one batched generation, reward, reference log-probs (only when beta > 0),
+  then the loss on micro-batches. With one iteration it skips the old log-prob
+  pass (the ratio's denominator is the detached current log-prob) and computes
+  logits only at completion positions.
+A TRL step's time is the wall time between two returns to our callback, so
+it includes the trainer loop's own per-step work (data, logging).
+
+The reward is token F1 between the whole completion and the gold answers of
+the offline world's train split. Prompts are the bare questions under the chat
+template; questions longer than ``--max-prompt-len`` tokens are skipped, so
+neither side truncates a prompt (TRL 1.16 has no prompt-length cap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LORA_R, LORA_ALPHA = 16, 32
+
+
+def bench_records(tokenizer, args) -> list:
+    """The first ``(warmup + steps) × prompts`` train questions whose prompt fits the cap."""
+    from advrag.datasets.loaders import load_qa
+
+    needed = (args.warmup + args.steps) * args.prompts
+    chosen = []
+    for record in load_qa(ROOT / "data/world/train.jsonl"):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": record.question}], add_generation_prompt=True
+        )
+        if len(ids["input_ids"] if isinstance(ids, dict) else ids) <= args.max_prompt_len:
+            chosen.append(record)
+        if len(chosen) == needed:
+            return chosen
+    raise ValueError(
+        f"only {len(chosen)} train questions fit --max-prompt-len {args.max_prompt_len}; "
+        f"need {needed}: raise the cap or lower --steps/--prompts"
+    )
+
+
+class OurSide:
+    """Our single-turn GRPO step: sample → trajectories → score → ``LocalTrainer.update``."""
+
+    def __init__(self, mode: str, bf16: bool, args):
+        from advrag.engines.local.generation import HFGenerator
+        from advrag.engines.local.policy import LoraSettings, TrainablePolicy
+        from advrag.engines.local.trainer import LocalTrainer, TrainConfig
+        from models.loading import load_policy
+
+        loaded = load_policy("smollm2", dtype="float32")
+        self.source, self.tokenizer = loaded.source, loaded.tokenizer
+        lora = LoraSettings(r=LORA_R, alpha=LORA_ALPHA) if mode == "lora" else None
+        policy = TrainablePolicy(
+            loaded.model, lora=lora, keep_reference=args.kl > 0, cpu_bf16=bf16
+        )
+        config = TrainConfig(
+            lr=args.lr, weight_decay=0.0, grad_clip=1.0, micro_batch_size=args.micro_batch,
+            max_seq_len=args.max_prompt_len + 2 * args.max_new_tokens, ppo_epochs=1,
+            clip_low=0.2, clip_high=0.2, dual_clip=None, kl_coef=args.kl, kl_kind="k3",
+            loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
+        )
+        self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
+        self.generator = HFGenerator(
+            policy.model, loaded.tokenizer, temperature=1.0, top_p=1.0,
+            batch_size=args.prompts * args.group, max_prompt_tokens=args.max_prompt_len,
+            autocast=policy.autocast,
+        )
+        self.max_new_tokens = args.max_new_tokens
+        self.bf16_active = policy.cpu_bf16
+
+    def step(self, records) -> dict[str, float]:
+        """One timed GRPO step on ``records`` (each sampled ``group`` times)."""
+        from advrag.agents.types import Trajectory
+        from advrag.core.metrics import f1_score
+        from advrag.engines.local.steps import score
+
+        started = time.perf_counter()
+        self.trainer.policy.model.eval()
+        repeated = [r for r in records for _ in range(self.trainer.config.group_size)]
+        prompts = [self.generator.chat_prompt(r.question) for r in repeated]
+        completions = self.generator.generate(prompts, max_new_tokens=self.max_new_tokens)
+        trajectories = []
+        for prompt, completion in zip(prompts, completions, strict=True):
+            trajectory = Trajectory()
+            trajectory.add(prompt, "prompt")
+            trajectory.add(completion, "policy")
+            trajectories.append(trajectory)
+        rollout_s = time.perf_counter() - started
+        scores = score(
+            trajectories, repeated, lambda t, r: f1_score(t.policy_text(), r.golden_answers)
+        )
+        metrics = self.trainer.update(trajectories, scores, [r.id for r in repeated])
+        step_s = time.perf_counter() - started
+        return {
+            "step_s": step_s,
+            "rollout_s": rollout_s,
+            "update_s": step_s - rollout_s,
+            "tokens": metrics["tokens"],
+            "completion_mean_len": metrics["response_length"],
+            "reward_mean": float(scores.mean()),
+        }
+
+
+def f1_reward(completions, golden_answers, **kwargs) -> list[float]:
+    """TRL reward function: token F1 of each completion's text against its gold answers."""
+    from advrag.core.metrics import f1_score
+
+    return [f1_score(c[0]["content"], gold) for c, gold in zip(completions, golden_answers)]
+
+
+def trl_trainer(source: str, records, mode: str, bf16: bool, args, callback, out_dir: str):
+    """A ``GRPOTrainer`` with the same settings as ``OurSide`` and timing of its rollouts."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """Records the time of each generation + scoring phase (per optimizer step here)."""
+
+        rollout_times: list[float] = []
+
+        def _generate_and_score_completions(self, inputs):
+            started = time.perf_counter()
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self.rollout_times.append(time.perf_counter() - started)
+
+    completions = args.prompts * args.group
+    config = GRPOConfig(
+        output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False, seed=args.seed,
+        per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=completions // args.micro_batch,
+        num_generations=args.group, max_completion_length=args.max_new_tokens,
+        temperature=1.0, top_p=1.0, learning_rate=args.lr, lr_scheduler_type="constant",
+        weight_decay=0.0, max_grad_norm=1.0, beta=args.kl, num_iterations=1, epsilon=0.2,
+        loss_type="dapo", scale_rewards="group", gradient_checkpointing=False,
+        max_steps=args.warmup + args.steps, shuffle_dataset=False, logging_steps=1,
+        report_to="none", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+    )
+    dataset = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": r.question}], "golden_answers": r.golden_answers}
+            for r in records
+        ]
+    )
+    peft_config = None
+    if mode == "lora":
+        peft_config = LoraConfig(
+            r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+    return TimedGRPOTrainer(
+        model=source, reward_funcs=f1_reward, args=config, train_dataset=dataset,
+        peft_config=peft_config, callbacks=[callback],
+    )
+
+
+def side_by_side_callback(ours: OurSide, records, args):
+    """A TRL callback that times TRL's steps and runs our step after each of them."""
+    from transformers import TrainerCallback
+
+    class SideBySide(TrainerCallback):
+        def __init__(self):
+            self.trl_rows: list[dict[str, float]] = []
+            self.our_rows: list[dict[str, float]] = []
+            self.mark = 0.0
+            self.tokens_seen = 0
+
+        def on_train_begin(self, args_, state, control, **kwargs):
+            self.mark = time.perf_counter()
+
+        def on_step_end(self, args_, state, control, **kwargs):
+            now = time.perf_counter()
+            tokens = state.num_input_tokens_seen - self.tokens_seen
+            self.tokens_seen = state.num_input_tokens_seen
+            self.trl_rows.append({"step_s": now - self.mark, "tokens": float(tokens)})
+            k = state.global_step - 1
+            self.our_rows.append(ours.step(records[k * args.prompts : (k + 1) * args.prompts]))
+            self.mark = time.perf_counter()
+
+    return SideBySide()
+
+
+def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Median of every field over the timed rows."""
+    return {name: statistics.median(r[name] for r in rows) for name in rows[0]}
+
+
+def run_variant(mode: str, bf16: bool, args) -> dict:
+    """Build both trainers in this process, alternate their steps, return both sides' medians."""
+    import torch
+
+    ours = OurSide(mode, bf16, args)
+    records = bench_records(ours.tokenizer, args)
+    callback = side_by_side_callback(ours, records, args)
+    with tempfile.TemporaryDirectory() as out_dir:
+        trainer = trl_trainer(ours.source, records, mode, bf16, args, callback, out_dir)
+        trl_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        trainer.train()
+    logs = {entry["step"]: entry for entry in trainer.state.log_history if "reward" in entry}
+    for step, row in enumerate(callback.trl_rows, start=1):
+        log = logs.get(step, {})
+        row["rollout_s"] = trainer.rollout_times[step - 1]
+        row["update_s"] = row["step_s"] - row["rollout_s"]
+        row["completion_mean_len"] = log.get("completions/mean_length", float("nan"))
+        row["reward_mean"] = log.get("reward", float("nan"))
+    timed = slice(args.warmup, None)
+    sides = {}
+    for name, rows in (("ours", callback.our_rows), ("trl", callback.trl_rows)):
+        med = medians(rows[timed])
+        sides[name] = med | {
+            "tokens_per_s": med["tokens"] / med["step_s"],
+            "steps_s": [r["step_s"] for r in rows[timed]],
+        }
+    ours_params = sum(p.numel() for p in ours.trainer.policy.trainable_parameters())
+    return {
+        "mode": mode + ("+bf16" if bf16 else ""),
+        "cpu_bf16_active": ours.bf16_active,
+        "trainable_params": {"ours": ours_params, "trl": trl_params},
+        "ours": sides["ours"],
+        "trl": sides["trl"],
+        "ratio_step_s_ours_over_trl": sides["ours"]["step_s"] / sides["trl"]["step_s"],
+        "ratio_tokens_per_s_ours_over_trl": sides["ours"]["tokens_per_s"]
+        / sides["trl"]["tokens_per_s"],
+        "peak_rss_gib_both_sides": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1min_at_end": os.getloadavg()[0],
+    }
+
+
+WORK = {
+    "ours": (
+        "HFGenerator.generate (one batch, temperature 1, top-p 1) -> Trajectory(prompt, policy) "
+        "-> F1 reward -> LocalTrainer.update: re-tokenise, no-grad forward for old log-probs + "
+        "entropy over all positions, reference forward only if kl_coef > 0, GRPO z-score "
+        "advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad accumulation over "
+        "micro-batches, clip 1.0, AdamW (torch default)."
+    ),
+    "trl": (
+        "GRPOTrainer, num_iterations=1, transformers generate (one batch, temperature 1, "
+        "top-p 1), F1 reward, reference forward only if beta > 0, scale_rewards='group', "
+        "loss_type='dapo' (token mean over the accumulated batch), epsilon 0.2, grad "
+        "accumulation over micro-batches, clip 1.0, AdamW (transformers default "
+        "adamw_torch_fused); no old log-prob pass (skipped when num_iterations=1) and logits "
+        "only at completion positions."
+    ),
+    "differences": (
+        "Sampling is random on both sides, so completion lengths differ: compare tokens/s as "
+        "well as seconds. Ours trains on the decoded completion re-tokenised without the EOS "
+        "token; TRL trains on the sampled ids including EOS. With bf16 both sides keep fp32 "
+        "weights and run generation, log-prob and loss passes under CPU bf16 autocast (ours "
+        "through TrainablePolicy.autocast, as the train flow does; TRL through accelerate)."
+    ),
+}
+
+COLUMNS = {
+    "step_s": "median wall seconds of one whole step (rollout + scoring + update)",
+    "rollout_s": (
+        "ours: generate; TRL: _generate_and_score_completions (generate, reward, advantages, "
+        "reference log-probs when beta > 0)"
+    ),
+    "update_s": "step_s - rollout_s (the rest of the step: log-prob passes, loss, optimizer)",
+    "tokens": "prompt + completion tokens of all sequences in the step (no padding)",
+    "tokens_per_s": "tokens / step_s (medians)",
+    "completion_mean_len": "mean completion tokens per sequence",
+    "ratio_step_s_ours_over_trl": "below 1: our step is faster",
+}
+
+
+def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
+    """The subprocess command that runs one variant and writes its row to ``out``."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--variant", mode, "--child-out", str(out)]
+    for flag in ("prompts", "group", "max_new_tokens", "max_prompt_len", "micro_batch",
+                 "steps", "warmup", "lr", "kl", "seed"):
+        cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    return cmd + (["--variant-bf16"] if bf16 else [])
+
+
+def versions() -> dict[str, str]:
+    """Library versions that decide the numbers."""
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    return {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "trl": trl.__version__,
+        "peft": peft.__version__,
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    """Markdown table of the medians."""
+    print("| variant | side | step s | rollout s | update s | tokens/step | tokens/s | "
+          "completion len | ours/TRL step s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        for side in ("ours", "trl"):
+            s = row[side]
+            ratio = f"{row['ratio_step_s_ours_over_trl']:.2f}" if side == "ours" else ""
+            print(f"| {row['mode']} | {side} | {s['step_s']:.2f} | {s['rollout_s']:.2f} | "
+                  f"{s['update_s']:.2f} | {s['tokens']:.0f} | {s['tokens_per_s']:.0f} | "
+                  f"{s['completion_mean_len']:.1f} | {ratio} |")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=4, help="questions per step")
+    parser.add_argument("--group", type=int, default=4, help="completions per question (>= 2)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="completion cap")
+    parser.add_argument("--max-prompt-len", type=int, default=128, help="prompt tokens cap")
+    parser.add_argument("--micro-batch", type=int, default=4, help="sequences per forward")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed first steps per side")
+    parser.add_argument("--lr", type=float, default=1e-6)
+    parser.add_argument("--kl", type=float, default=0.0, help="our kl_coef = TRL's beta (k3)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", nargs="+", choices=["full", "lora"], default=["full", "lora"])
+    parser.add_argument("--cpu-bf16", action="store_true", help="also run bf16 autocast rows")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")
+    parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
+    parser.add_argument("--variant-bf16", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    completions = args.prompts * args.group
+    if args.group < 2:
+        parser.error("--group must be >= 2 (TRL's GRPO needs two completions per prompt)")
+    if completions % args.micro_batch:
+        parser.error(f"--micro-batch {args.micro_batch} must divide prompts × group = {completions}")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    return args
+
+
+def main() -> None:
+    for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                        ("DO_NOT_TRACK", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
+    args = parse_args()
+    if args.variant:
+        sys.path.insert(0, str(ROOT))
+        row = run_variant(args.variant, args.variant_bf16, args)
+        args.child_out.write_text(json.dumps(row))
+        return
+    from advrag.fileio import atomic_write_text
+
+    load_at_start = os.getloadavg()[0]
+    variants = [(m, b) for b in ([False, True] if args.cpu_bf16 else [False]) for m in args.modes]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode, bf16 in variants:
+            out = Path(tmp) / f"{mode}-{bf16}.json"
+            subprocess.run(child_command(mode, bf16, args, out), check=True, cwd=ROOT)
+            rows.append(json.loads(out.read_text()))
+    settings = {k: v for k, v in vars(args).items() if not k.startswith(("variant", "child"))}
+    result = {
+        "command": " ".join(["python", "bench/bench_trl.py", *sys.argv[1:]]),
+        "model": "SmolLM2-135M-Instruct (models.loading 'smollm2', fp32 weights)",
+        "settings": settings | {"out": str(args.out)},
+        "what_each_side_computes": WORK,
+        "timing": (
+            f"one process per variant; TRL step k then our step k on the same {args.prompts} "
+            f"questions; medians of steps {args.warmup + 1}..{args.warmup + args.steps}"
+        ),
+        "columns": COLUMNS,
+        "load_average_1min_at_start": load_at_start,
+        "versions": versions(),
+        "rows": rows,
+    }
+    atomic_write_text(args.out, [json.dumps(result, indent=2) + "\n"])
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
