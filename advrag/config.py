@@ -120,11 +120,19 @@ class TrainFlowConfig(Strict):
         description="Local-engine TrainConfig fields (lr, kl_coef, advantage, group_size, …).",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    rollout_backend: Literal["hf", "vllm"] = Field(
+        "hf", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' = "
+        "a vLLM engine that receives the new weights after every update (`make vllm`).",
+    )
     warmup: WarmupSection | None = Field(
         default_factory=WarmupSection,
         description="SFT warm-up before GRPO (its LoRA is merged into the base); null skips it.",
     )
     steps: int = Field(8, ge=1, description="GRPO updates to run (in total, across resumes).")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
+        "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
+    )
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     reward_metric: Literal["em", "f1"] = Field("f1", description="Answer score of the reward.")
     format_penalty: float = Field(0.2, ge=0, description="Subtracted once for a broken tag grammar.")
@@ -185,6 +193,10 @@ class AdversarialRLConfig(Strict):
         "into the base both agents start from; null skips it.",
     )
     steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
+        "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
+    )
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     group_size: int = Field(4, ge=1, description="Dialogues G per question (GRPO group; paper 5).")
     max_turns: int = Field(2, ge=1, description="Dialogue turns T (paper 5).")

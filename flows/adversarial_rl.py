@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prefect import flow
 
 from advrag import dataplane
@@ -10,7 +12,7 @@ from flows.benchmark import benchmark
 from flows.train import benchmark_tags, prefixed, retrieval_settings
 from tasks import arr, tracking
 from tasks import benchmark as bench
-from tasks.train import batch_for_step
+from tasks.train import batch_for_step, budget_spent
 
 
 @flow(name="adversarial_rl", log_prints=True)
@@ -31,16 +33,19 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
                 tracking.log_metrics(run_id, prefixed("warmup/", metrics), step=i)
             start_model = str(warm_dir)
         dual, generators = arr.build_agents(config, start_model)
-        history, traces = [], []
+        history, traces, started = [], [], time.perf_counter()
         for step in range(arr.resume_latest(dual, config), config.steps):
             batch = batch_for_step(records, step, config.questions_per_step, dual["reasoner"].config.seed)
             result = arr.train_step(dual, generators, retriever, batch, config)
             tracking.log_metrics(run_id, result.metrics, step=step)
             history.append({"step": step, **result.metrics})
             traces.append(result.traces)
-            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+            last = step + 1 == config.steps or budget_spent(started, config.max_train_minutes)
+            if (step + 1) % config.checkpoint_every == 0 or last:
                 for agent, path in arr.save_checkpoints(dual, config, step + 1).items():
                     tracking.log_artifacts(run_id, path, f"checkpoints/{agent}")
+            if last:
+                break
         if history:
             tracking.log_figure(run_id, arr.reward_curves(history), "reward_curves.png")
             tracking.log_figure(run_id, arr.entropy_figure(traces), "entropy_trajectories.png")
@@ -51,7 +56,8 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
             run_id, model_dirs[agent], name, tags={**provenance, "agent": agent},
             artifact_path=f"model/{agent}") for agent, name in registry_names(config).items()}
     results = {"run_id": run_id, "model_dirs": {a: str(p) for a, p in model_dirs.items()},
-               "versions": versions}
+               "versions": versions, "steps_run": len(history),
+               "train_s": time.perf_counter() - started}
     if config.evaluate is not None:
         pairs = {"base": (config.model, config.verifier_model),
                  "warmup": (start_model, None),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prefect import flow
 
 from advrag import dataplane
@@ -30,18 +32,21 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
                 tracking.log_metrics(run_id, prefixed("warmup/", metrics), step=i)
             start_model = str(warm_dir)
         trainer, generator = tr.build_trainer(config, start_model)
-        history = []
+        history, started = [], time.perf_counter()
         for step in range(tr.resume_latest(trainer, config.checkpoint_dir), config.steps):
             batch = tr.batch_for_step(records, step, config.questions_per_step, trainer.config.seed)
             metrics = tr.train_step(trainer, generator, retriever, batch, config)
             tracking.log_metrics(run_id, metrics, step=step)
             history.append({"step": step, **metrics})
-            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+            last = step + 1 == config.steps or tr.budget_spent(started, config.max_train_minutes)
+            if (step + 1) % config.checkpoint_every == 0 or last:
                 tracking.log_artifacts(
                     run_id,
                     tr.save_checkpoint(trainer, config.checkpoint_dir, step + 1),
                     "checkpoints",
                 )
+            if last:
+                break
         if history:
             tracking.log_figure(run_id, tr.reward_curve(history), "reward_curve.png")
         model_dir = tr.export_model(trainer, config.checkpoint_dir / "final")
@@ -56,7 +61,8 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
                 "git.commit": tracking.git_commit(),
             },
         )
-    results = {"run_id": run_id, "model_dir": str(model_dir), "version": model_version}
+    results = {"run_id": run_id, "model_dir": str(model_dir), "version": model_version,
+               "steps_run": len(history), "train_s": time.perf_counter() - started}
     if config.evaluate is not None:
         models = {"base": config.model, "warmup": start_model, "trained": str(model_dir)}
         for name, spec in models.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 from prefect import task
@@ -64,19 +65,22 @@ def _reuse_warmup(out: Path, settings: dict) -> bool:
 
 @task(cache_policy=NO_CACHE)
 def build_trainer(config: TrainFlowConfig, model_spec: str):
-    """Policy of ``model_spec`` (LoRA or full) + trainer + a generator sharing its weights.
+    """Policy of ``model_spec`` (LoRA or full) + trainer + the rollout generator.
 
-    The generator samples under the policy's autocast (bf16 on native-bf16
-    CPUs when ``cpu_bf16``), as the old log-probs are computed.
+    The generator (``config.rollout_backend``) samples the policy's current
+    weights in the dtype it computes in: under the policy's autocast (bf16 on
+    native-bf16 CPUs when ``cpu_bf16``), as the old log-probs are computed.
     """
-    from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.generators import make_generator
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
+    from models.loading import resolve_model_dir
 
     optim = TrainConfig(**config.optim)  # steps may grow across resumes; the schedule may not
     policy, tokenizer = _policy(model_spec, config, keep_reference=optim.kl_coef > 0)
     trainer = LocalTrainer(policy, tokenizer, optim)
-    generator = HFGenerator(policy.model, tokenizer, temperature=config.temperature,
-                            batch_size=64, autocast=policy.autocast)
+    generator = make_generator(config.rollout_backend, policy.model, tokenizer,
+                               resolve_model_dir(model_spec), temperature=config.temperature,
+                               batch_size=64, autocast=policy.autocast)
     return trainer, generator
 
 
@@ -87,6 +91,11 @@ def resume_latest(trainer, checkpoint_dir: Path) -> int:
 
     latest = latest_checkpoint(checkpoint_dir)
     return int(trainer.resume(latest)["data_position"]) if latest else 0
+
+
+def budget_spent(started: float, minutes: float | None) -> bool:
+    """True once ``minutes`` of wall clock have passed since ``started`` (never for None)."""
+    return minutes is not None and time.perf_counter() - started >= 60 * minutes
 
 
 def batch_for_step(records: list[QARecord], step: int, size: int, seed: int) -> list[QARecord]:

@@ -100,7 +100,9 @@ def test_warm_up_then_rerun_resumes_and_refuses_other_method_settings(
     warmup = WarmupSection(demonstrations=2, sft={"lr": 1e-3, "batch_size": 3,
                                                   "micro_batch_size": 3, "max_seq_len": 4096})
     # the default layout (a LoRA adapter per agent on one base) after an SFT warm-up
-    first = adversarial_rl(config(*args, 1, warmup=warmup))
+    first = adversarial_rl(config(*args, 3, warmup=warmup, max_train_minutes=1e-9,
+                                  checkpoint_every=5))
+    assert first["steps_run"] == 1  # the budget was spent by the first update: checkpointed
     client = mlflow.MlflowClient()
     sft = client.get_metric_history(first["run_id"], "warmup/loss")
     assert [m.step for m in sft] == [0, 1]  # 2 dialogues × 3 roles in batches of 3

@@ -8,6 +8,7 @@ import torch
 from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import BenchmarkConfig, TrainFlowConfig
+from advrag.engines.local.checkpoint import list_checkpoints
 from flows.train import train
 from models.loading import load_policy
 from tasks import tracking
@@ -71,11 +72,15 @@ def test_two_steps_train_log_checkpoint_register_and_benchmark(
         assert result[name][("search_r1", "world")]["n"] == 2
 
 
-def test_rerun_resumes_from_the_latest_checkpoint(
+def test_a_spent_budget_checkpoints_and_a_rerun_resumes_from_it(
         prefect_server, tmp_path, monkeypatch, small_world_dir, small_index_dir, tiny_policy_dir):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
-    train(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 1))
+    budgeted = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 3).model_copy(
+        update={"max_train_minutes": 1e-9, "checkpoint_every": 5})
+    first = train(budgeted)
+    assert first["steps_run"] == 1  # the budget was spent by the first update
+    assert [p.name for p in list_checkpoints(tmp_path / "ckpt")] == ["step-00000001"]
     second = train(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
     history = mlflow.MlflowClient().get_metric_history(second["run_id"], "reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoint
