@@ -106,20 +106,34 @@ class WarmupSection(Strict):
     )
 
 
-class TrainFlowConfig(Strict):
-    """`advrag train`: GRPO on a Search-R1-style agent over the offline world."""
+class RLRunConfig(Strict):
+    """Settings every RL training flow shares (the local engine on the offline world)."""
 
-    model: str = Field("smollm2", description="Policy to start from (same specs as benchmark).")
     lora: dict | None = Field(
         default_factory=lambda: {"r": 16, "alpha": 32},
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
+    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    max_train_minutes: float | None = Field(
+        None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
+        "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
+    )
+    questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
+    max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
+    world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
+    index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
+
+
+class TrainFlowConfig(RLRunConfig):
+    """`advrag train`: GRPO on a Search-R1-style agent over the offline world."""
+
+    model: str = Field("smollm2", description="Policy to start from (same specs as benchmark).")
     optim: dict = Field(
         default_factory=lambda: {"lr": 1e-5, "group_size": 4, "micro_batch_size": 4,
                                  "max_seq_len": 1024},
         description="Local-engine TrainConfig fields (lr, kl_coef, advantage, group_size, …).",
     )
-    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     rollout_backend: Literal["hf", "vllm"] = Field(
         "hf", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' = "
         "a vLLM engine that receives the new weights after every update (`make vllm`).",
@@ -129,22 +143,13 @@ class TrainFlowConfig(Strict):
         description="SFT warm-up before GRPO (its LoRA is merged into the base); null skips it.",
     )
     steps: int = Field(8, ge=1, description="GRPO updates to run (in total, across resumes).")
-    max_train_minutes: float | None = Field(
-        None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
-        "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
-    )
-    questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     reward_metric: Literal["em", "f1"] = Field("f1", description="Answer score of the reward.")
     format_penalty: float = Field(0.2, ge=0, description="Subtracted once for a broken tag grammar.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
     max_turns: int = Field(2, ge=1, description="Search turns per rollout.")
     topk: int = Field(3, ge=1, description="Passages per search.")
-    max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
     checkpoint_every: int = Field(4, ge=1, description="Save a checkpoint every N updates.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/train"),
                                  description="Checkpoints; a rerun resumes from the latest.")
-    world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
-    index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
     experiment: str = Field("advrag-train", description="MLflow experiment name.")
     registered_model: str = Field("advrag-reasoner", description="Registry name of the result.")
     evaluate: BenchmarkConfig | None = Field(
@@ -156,7 +161,7 @@ class TrainFlowConfig(Strict):
 ARR_PATTERNS = ("D", "ID", "F", "DI", "I")
 
 
-class AdversarialRLConfig(Strict):
+class AdversarialRLConfig(RLRunConfig):
     """`advrag adversarial-rl`: ARR, joint GRPO of a Reasoner and a Verifier (ARR §4.2).
 
     Defaults are the CPU recipe (SmolLM2, LoRA); the paper's values are named
@@ -173,10 +178,6 @@ class AdversarialRLConfig(Strict):
     verifier_model: str | None = Field(
         None, description="'separate' only: the verifier's starting model; null = `model`."
     )
-    lora: dict | None = Field(
-        default_factory=lambda: {"r": 16, "alpha": 32},
-        description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
-    )
     optim: dict = Field(
         default_factory=lambda: {"lr": 5e-5, "micro_batch_size": 2, "max_seq_len": 2048,
                                  "kl_coef": 0.001},
@@ -185,7 +186,6 @@ class AdversarialRLConfig(Strict):
     verifier_optim: dict = Field(
         default_factory=dict, description="TrainConfig fields that differ for the verifier."
     )
-    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     warmup: WarmupSection | None = Field(
         default_factory=lambda: WarmupSection(demonstrations=32, sft={
             "lr": 2e-4, "batch_size": 8, "micro_batch_size": 2, "max_seq_len": 2048}),
@@ -193,16 +193,9 @@ class AdversarialRLConfig(Strict):
         "into the base both agents start from; null skips it.",
     )
     steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
-    max_train_minutes: float | None = Field(
-        None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
-        "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
-    )
-    questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     group_size: int = Field(4, ge=1, description="Dialogues G per question (GRPO group; paper 5).")
     max_turns: int = Field(2, ge=1, description="Dialogue turns T (paper 5).")
     topk: int = Field(3, ge=1, description="Documents per search (paper 3).")
-    max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
     lam: float = Field(0.5, ge=0, description="λ of eq. 5: weight of the beat-the-other bonus.")
     n_bins: int = Field(10, ge=1, description="n of eq. 5: F1 buckets of bin(·).")
     delta: float = Field(0.1, ge=0, description="δ: entropy change treated as flat (eq. 8).")
@@ -225,8 +218,6 @@ class AdversarialRLConfig(Strict):
     checkpoint_every: int = Field(4, ge=1, description="Save both agents every N updates.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/arr"),
                                  description="Checkpoints (one subdir per agent); reruns resume.")
-    world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
-    index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
     experiment: str = Field("advrag-arr", description="MLflow experiment name.")
     registered_reasoner: str = Field("advrag-arr-reasoner", description="Registry name (reasoner).")
     registered_verifier: str = Field("advrag-arr-verifier", description="Registry name (verifier).")

@@ -20,7 +20,21 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
-class HFGenerator:
+class ChatPrompting:
+    """``chat_prompt`` through ``self.tokenizer``'s chat template (shared by the back-ends)."""
+
+    tokenizer: object
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        """Render one user turn with the chat template, ready for the assistant."""
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": user})
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+
+class HFGenerator(ChatPrompting):
     """Greedy or sampled generation from a transformers model, batched.
 
     ``temperature=0`` means greedy decoding. ``batch_size`` bounds memory: a
@@ -40,14 +54,6 @@ class HFGenerator:
         self.max_prompt_tokens = max_prompt_tokens
         self.autocast = autocast
         self.generated_tokens = 0
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        """Render one user turn with the chat template, ready for the assistant."""
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": user})
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from advrag.engines.local.generation import cut_at_stop
+from advrag.engines.local.generation import ChatPrompting, cut_at_stop
 from advrag.engines.vllm.weights import checkpoint_weights
 
 INSTALL_HINT = (
@@ -95,7 +95,7 @@ def start_engine(model_dir: str | Path, *, dtype: str, batch_size: int, kv_cache
     return llm
 
 
-class VLLMGenerator:
+class VLLMGenerator(ChatPrompting):
     """Greedy or sampled generation from a vLLM engine started on ``model_dir``.
 
     ``temperature=0`` means greedy decoding. ``batch_size`` is the most
@@ -117,14 +117,6 @@ class VLLMGenerator:
         self.llm = start_engine(
             model_dir, dtype=dtype, batch_size=batch_size, kv_cache_gib=kv_cache_gib,
             max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed,
-        )
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        """Render one user turn with the chat template, ready for the assistant."""
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": user})
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
         )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
