@@ -40,6 +40,10 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
             tracking.log_metrics(run_id, result.metrics, step=step)
             history.append({"step": step, **result.metrics})
             traces.append(result.traces)
+            print(f"update {step + 1}/{config.steps}: reward reasoner "
+                  f"{result.metrics['reasoner/reward_mean']:.3f}, verifier "
+                  f"{result.metrics['verifier/reward_mean']:.3f}, "
+                  f"{result.metrics['time/step_s']:.0f} s")
             last = step + 1 == config.steps or budget_spent(started, config.max_train_minutes)
             if (step + 1) % config.checkpoint_every == 0 or last:
                 for agent, path in arr.save_checkpoints(dual, config, step + 1).items():

@@ -38,6 +38,9 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
             metrics = tr.train_step(trainer, generator, retriever, batch, config)
             tracking.log_metrics(run_id, metrics, step=step)
             history.append({"step": step, **metrics})
+            seconds = metrics["rollout_s"] + metrics["score_s"] + metrics["update_s"]
+            print(f"update {step + 1}/{config.steps}: reward {metrics['reward_mean']:.3f}, "
+                  f"loss {metrics['loss']:.4f}, {seconds:.0f} s")
             last = step + 1 == config.steps or tr.budget_spent(started, config.max_train_minutes)
             if (step + 1) % config.checkpoint_every == 0 or last:
                 tracking.log_artifacts(

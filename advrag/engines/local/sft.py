@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
 
 from advrag.agents.types import Trajectory
 from advrag.engines.local.logprobs import micro_batch_bounds
@@ -87,12 +88,15 @@ def supervised_finetune(
         raise ValueError("no demonstrations to fine-tune on; check the data and max_turns")
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
     history = []
-    for step, rows in enumerate(batches_of(len(demonstrations), config)):
+    batches = batches_of(len(demonstrations), config)
+    progress = tqdm(batches, desc="SFT warm-up", unit="step", disable=None)  # off when not a tty
+    for step, rows in enumerate(progress):
         batch = encode_trajectories(
             [demonstrations[i] for i in rows], tokenizer, max_len=config.max_seq_len
         ).to(policy.device)
         metrics = sft_step(policy, optimizer, batch, config)
         history.append(metrics)
+        progress.set_postfix(loss=f"{metrics['loss']:.3f}")
         if on_step is not None:
             on_step(step, metrics)
     return history
