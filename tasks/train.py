@@ -15,7 +15,7 @@ from advrag.core.rewards import answer_reward
 from advrag.datasets.records import QARecord
 
 
-def _policy(model_spec: str, config: TrainFlowConfig, *, keep_reference: bool):
+def trainable_policy(model_spec: str, config: TrainFlowConfig, *, keep_reference: bool):
     """The model of ``model_spec`` as a TrainablePolicy (LoRA or full), and its tokenizer."""
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from models.loading import load_policy
@@ -43,7 +43,7 @@ def warm_up(config: TrainFlowConfig, retriever, records: list[QARecord]):
     settings = {"model": config.model, "lora": config.lora, **config.warmup.model_dump()}
     if _reuse_warmup(out, settings):
         return out, []
-    policy, tokenizer = _policy(config.model, config, keep_reference=False)
+    policy, tokenizer = trainable_policy(config.model, config, keep_reference=False)
     chat_prompt = HFGenerator(policy.model, tokenizer).chat_prompt
     demos = build_demonstrations(records, retriever, chat_prompt, topk=config.topk,
                                  max_turns=config.max_turns, limit=config.warmup.demonstrations)
@@ -76,7 +76,7 @@ def build_trainer(config: TrainFlowConfig, model_spec: str):
     from models.loading import resolve_model_dir
 
     optim = TrainConfig(**config.optim)  # steps may grow across resumes; the schedule may not
-    policy, tokenizer = _policy(model_spec, config, keep_reference=optim.kl_coef > 0)
+    policy, tokenizer = trainable_policy(model_spec, config, keep_reference=optim.kl_coef > 0)
     trainer = LocalTrainer(policy, tokenizer, optim)
     generator = make_generator(config.rollout_backend, policy.model, tokenizer,
                                resolve_model_dir(model_spec), temperature=config.temperature,
