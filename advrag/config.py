@@ -101,7 +101,7 @@ class WarmupSection(Strict):
 
     demonstrations: int = Field(64, ge=1, description="Training questions turned into demonstrations.")
     sft: dict = Field(
-        default_factory=lambda: {"lr": 2e-4, "batch_size": 8},
+        default_factory=lambda: {"lr": 2e-4, "batch_size": 8, "epochs": 3},
         description="Local-engine SFTConfig fields (lr, epochs, batch_size, micro_batch_size, …).",
     )
 
