@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from system_packages import apt_install
 
 
 @dataclass
@@ -75,23 +76,6 @@ def _postgres_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-def _install_postgres() -> Path:
-    """``apt-get install postgresql`` once; skip the caller's tests if that is impossible."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "postgresql"]):
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            pytest.skip(f"PostgreSQL is not installed and `{' '.join(cmd)}` could not run: {err}")
-        if proc.returncode != 0:
-            pytest.skip(f"PostgreSQL is not installed and `{' '.join(cmd)}` failed: "
-                        f"{proc.stderr.strip()[-500:]}")
-    found = _postgres_bin()
-    if found is None:
-        pytest.skip("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb exists")
-    return found
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,7 +92,7 @@ def postgres_uri():
     """
     import psycopg2
 
-    bin_dir = _postgres_bin() or _install_postgres()
+    bin_dir = _postgres_bin() or apt_install("postgresql", _postgres_bin, timeout_s=600)
     as_user: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="advrag-pg-"))
     if os.geteuid() == 0:

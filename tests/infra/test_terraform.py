@@ -30,12 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hcl2  # python-hcl2>=8, in the dev extra that `make test` installs
 import pytest
 import yaml
-
-hcl2 = pytest.importorskip(
-    "hcl2", minversion="8", reason="python-hcl2>=8 (dev extra) is not installed"
-)
 
 REPO = Path(__file__).resolve().parents[2]
 TF_ROOT = REPO / "infra" / "terraform"

@@ -26,6 +26,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from system_packages import apt_install
 
 from advrag import ui
 
@@ -150,26 +151,10 @@ class Browser:
             time.sleep(2)
 
 
-def _install_chromium() -> str:
-    """`apt-get update && apt-get install -y chromium`; skip the caller's tests if that fails."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            pytest.skip(f"Chromium is not installed and `{' '.join(cmd)}` could not run: {err}")
-        if proc.returncode != 0:
-            pytest.skip(f"Chromium is not installed and `{' '.join(cmd)}` failed: "
-                        f"{proc.stderr.strip()[-500:]}")
-    found = shutil.which("chromium")
-    if found is None:
-        pytest.skip("apt-get installed chromium but no `chromium` is on PATH")
-    return found
-
-
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory) -> Browser:
-    return Browser(shutil.which("chromium") or _install_chromium(), tmp_path_factory.mktemp("chromium"))
+    chromium = shutil.which("chromium") or apt_install("chromium", lambda: shutil.which("chromium"))
+    return Browser(chromium, tmp_path_factory.mktemp("chromium"))
 
 
 @pytest.fixture(scope="session")
