@@ -18,14 +18,13 @@ scratch directory; runs go to the default MLflow store (experiment
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 from bench_arr import tiny_model  # bench/ is the script's directory
+from reporting import write_report
 
 from advrag.config import AdversarialRLConfig, BenchmarkConfig, TrainFlowConfig, load_config
 from flows.adversarial_rl import adversarial_rl
@@ -125,10 +124,8 @@ def main() -> None:
               "budget_minutes": args.minutes,
               "training": {name: {k: r[k] for k in ("steps_run", "train_s", "wall_s", "run_id")}
                            for name, r in results.items()},
-              "held_out": table, "load_average_1m_at_end": os.getloadavg()[0]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+              "held_out": table}
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

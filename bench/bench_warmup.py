@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from reporting import write_report
 
 from advrag.config import BenchmarkConfig, TrainFlowConfig, load_config
 from advrag.curation.demonstrations import build_demonstrations
@@ -92,10 +92,8 @@ def main() -> None:
                          f"--demonstrations {config.warmup.demonstrations}",
               "sft": {"steps": len(history), "seconds": sft_s,
                       "loss": [round(h["loss"], 4) for h in history]},
-              "held_out_search_r1": rows, "load_average_1m_at_end": os.getloadavg()[0]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+              "held_out_search_r1": rows}
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":
