@@ -1,11 +1,13 @@
 """Wall time of the nightly flow on the tiny config, Prefect's share of it, server start times.
 
     python bench/bench_nightly.py [--config configs/nightly-tiny.yaml] [--nights 2]
+    python bench/bench_nightly.py --config configs/nightly.yaml --model config   # SmolLM2, > 1 h
 
 Runs in a throwaway git+DVC project (the repo's dvc.yaml/params.yaml) against a
 real local Prefect server started the way `advrag schedule` starts it (its
 cold start on a fresh database and its warm restart are timed too). The tiny
-policy is built from the generated world's corpus. Night 1 does everything
+policy (the default; `--model config` keeps the config's model) is built from
+the generated world's corpus. Night 1 does everything
 (world, gate, DVC stages, one GRPO step, benchmark, promotion); later nights
 see unchanged data (cached gate, no-op `dvc repro`, resumed training).
 
@@ -161,6 +163,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs/nightly-tiny.yaml")
     parser.add_argument("--nights", type=int, default=2)
+    parser.add_argument("--model", choices=["tiny", "config"], default="tiny",
+                        help="train a tiny random model (CI-sized) or the config's own model")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/nightly.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-nightly-"))
@@ -180,10 +184,11 @@ def main() -> None:
         scheduling.stop(home, "server", 30)
         server["warm_restart_s"] = start_server(home, port)
         project = make_project(work / "project")
-        policy = tiny_policy(args.config, work / "tiny-policy")
         config = load_config(args.config, NightlyConfig)
-        config = config.model_copy(update={"train": config.train.model_copy(
-            update={"model": str(policy), "checkpoint_dir": work / "ckpt"})})
+        train = {"checkpoint_dir": work / "ckpt"}
+        if args.model == "tiny":
+            train["model"] = str(tiny_policy(args.config, work / "tiny-policy"))
+        config = config.model_copy(update={"train": config.train.model_copy(update=train)})
         os.chdir(project)
         nights = [night(config, "first" if i == 0 else "unchanged data") for i in range(args.nights)]
         costs = noop_costs()
