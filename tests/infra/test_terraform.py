@@ -4,8 +4,8 @@ Terraform itself cannot run on these machines (no binary, no provider registry),
 `init/validate/plan` are out of reach. What is checked instead:
 - every .tf file parses (python-hcl2) and every module has main/variables/outputs/versions;
 - variables: each has a description and a type; each `var.x` used is declared, each
-  declared one is used (locals likewise); the root passes every required module input and only declared
-  ones; every `module.m.o` the root reads is an output of m;
+  declared one is used (locals likewise); every module call passes each required input and
+  only declared ones; every `module.m.o` read is an output of m;
 - security: no ingress from anywhere, nothing near port 22, no SSH key pairs, IMDSv2,
   encrypted disks, SSM Session Manager on every instance role, IAM without wildcards;
 - the artefact bucket is private, versioned, KMS-encrypted, TLS-only, with a lifecycle;
@@ -128,8 +128,9 @@ def test_every_tf_file_parses(path):
     assert isinstance(parse(path), dict)
 
 
-def test_the_three_modules_exist():
-    assert {p.name for p in MODULE_DIRS} == {"gpu_workers", "artifact_bucket", "tracking_server"}
+def test_the_modules_exist():
+    assert {p.name for p in MODULE_DIRS} == {
+        "gpu_workers", "artifact_bucket", "tracking_server", "instance_role"}
     assert (TF_ROOT / "terraform.tfvars.example").is_file()
 
 
@@ -206,11 +207,22 @@ def test_used_locals_are_defined_and_defined_ones_used(directory):
     assert defined <= used, f"{directory}: unused locals {sorted(defined - used)}"
 
 
-def test_root_passes_every_required_module_variable_and_only_declared_ones():
-    calls = named(TF_ROOT, "module")
-    assert set(calls) == {"artifact_bucket", "tracking_server", "gpu_workers"}
-    for name, call in calls.items():
-        module_dir = (TF_ROOT / call["source"]).resolve()
+def module_calls(directory: Path) -> dict[str, tuple[dict, Path]]:
+    """Module name → (call, the called module's directory) for the calls in ``directory``."""
+    return {name: (call, (directory / call["source"]).resolve())
+            for name, call in named(directory, "module").items()}
+
+
+def test_root_calls_the_three_top_modules_and_both_instance_kinds_share_the_role():
+    assert set(module_calls(TF_ROOT)) == {"artifact_bucket", "tracking_server", "gpu_workers"}
+    for kind in ("gpu_workers", "tracking_server"):
+        ((_, role_dir),) = module_calls(TF_ROOT / "modules" / kind).values()
+        assert role_dir == TF_ROOT / "modules" / "instance_role"
+
+
+@pytest.mark.parametrize("directory", ALL_DIRS, ids=_dir_id)
+def test_module_calls_pass_every_required_variable_and_only_declared_ones(directory):
+    for name, (call, module_dir) in module_calls(directory).items():
         assert module_dir.is_dir(), f"module {name}: source {call['source']} not found"
         declared = named(module_dir, "variable")
         required = {v for v, body in declared.items() if "default" not in body}
@@ -223,13 +235,12 @@ def test_root_passes_every_required_module_variable_and_only_declared_ones():
         )
 
 
-def test_module_outputs_read_by_the_root_exist():
-    calls = named(TF_ROOT, "module")
-    outputs = {n: set(named((TF_ROOT / c["source"]).resolve(), "output")) for n, c in calls.items()}
-    for d in ALL_DIRS:  # the modules also read each other's outputs through the root
+def test_module_outputs_read_exist():
+    for d in ALL_DIRS:  # each directory reads the outputs of the modules it calls
+        outputs = {n: set(named(module_dir, "output")) for n, (_, module_dir) in module_calls(d).items()}
         for module, output in re.findall(r"\bmodule\.(\w+)\.(\w+)", code_text(d)):
             assert output in outputs.get(module, set()), (
-                f"module.{module}.{output} is not an output"
+                f"{d}: module.{module}.{output} is not an output"
             )
     for d in ALL_DIRS:
         for name, body in named(d, "output").items():
@@ -323,13 +334,16 @@ def test_instances_use_ssm_not_ssh_keys_and_require_imdsv2_and_encrypted_disks()
             assert nic["associate_public_ip_address"] is False
         if "associate_public_ip_address" in body:
             assert body["associate_public_ip_address"] is False
-    for d in (TF_ROOT / "modules" / "gpu_workers", TF_ROOT / "modules" / "tracking_server"):
-        attached = [
-            b["policy_arn"] for b in resources(d, "aws_iam_role_policy_attachment").values()
-        ]
-        assert any(a.endswith("AmazonSSMManagedInstanceCore") for a in attached), (
-            f"{d}: no SSM core policy"
-        )
+    role = TF_ROOT / "modules" / "instance_role"
+    attached = [b["policy_arn"] for b in resources(role, "aws_iam_role_policy_attachment").values()]
+    assert any(a.endswith("AmazonSSMManagedInstanceCore") for a in attached), "no SSM core policy"
+    profiles = {"aws_instance": "${module.role.instance_profile_name}",
+                "aws_launch_template": "${module.role.instance_profile_arn}"}
+    for d, name, body in launchers:  # every instance runs as the shared role's profile
+        kind = "aws_instance" if "ami" in body else "aws_launch_template"
+        profile = body["iam_instance_profile"]
+        profile = profile if isinstance(profile, str) else as_list(profile)[0]["arn"]
+        assert profile == profiles[kind], f"{d}: {name} runs as {profile}"
 
 
 def test_iam_policies_name_their_resources_and_actions():
@@ -338,7 +352,7 @@ def test_iam_policies_name_their_resources_and_actions():
         for d in ALL_DIRS
         for n, b in resources(d, "aws_iam_policy_document", "data").items()
     ]
-    assert len(documents) >= 5
+    assert len(documents) >= 4
     for d, name, doc in documents:
         statements = as_list(doc.get("statement", []))
         statements += [dyn["statement"]["content"][0] for dyn in as_list(doc.get("dynamic", []))]
@@ -360,18 +374,22 @@ def test_iam_policies_name_their_resources_and_actions():
             ), name
 
 
-def test_worker_s3_access_is_limited_to_its_prefixes():
-    workers = TF_ROOT / "modules" / "gpu_workers"
-    (doc,) = [
-        b for n, b in resources(workers, "aws_iam_policy_document", "data").items() if n == "worker"
-    ]
+def test_instance_s3_access_is_limited_to_its_prefixes():
+    role = TF_ROOT / "modules" / "instance_role"
+    doc = resources(role, "aws_iam_policy_document", "data")["this"]
     s3 = [st for st in as_list(doc["statement"]) if any(a.startswith("s3:") for a in st["actions"])]
+    assert len(s3) == 2
     for st in s3:
         text = json.dumps(st["resources"])
         if "s3:ListBucket" in st["actions"]:
             assert st["condition"][0]["variable"] == "s3:prefix"
         else:
             assert "/${p}/*" in text, f"object access must be per prefix: {text}"
+    calls = {kind: module_calls(TF_ROOT / "modules" / kind)["role"][0]
+             for kind in ("gpu_workers", "tracking_server")}
+    assert calls["gpu_workers"]["artifact_prefixes"] == "${var.artifact_prefixes}"
+    assert calls["tracking_server"]["artifact_prefixes"] == ["${var.artifact_prefix}"]
+    assert calls["tracking_server"]["ssm_parameter_arns"] == ["${aws_ssm_parameter.db_password.arn}"]
 
 
 # ---------------------------------------------------------------- storage and database

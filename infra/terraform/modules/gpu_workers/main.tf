@@ -19,6 +19,11 @@ locals {
 
   instance_types = distinct(concat([var.instance_type], var.spot_fallback_instance_types))
 
+  # The Prefect Cloud API key's parameter, when there is one: the only secret a worker reads.
+  prefect_api_key_arns = var.prefect_api_key_ssm_parameter == "" ? [] : [
+    "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:parameter/${trimprefix(var.prefect_api_key_ssm_parameter, "/")}",
+  ]
+
   web_egress = {
     for pair in setproduct(var.egress_cidr_blocks, [80, 443]) :
     "${pair[1]}-${pair[0]}" => { cidr = pair[0], port = pair[1] }
@@ -33,7 +38,7 @@ locals {
     prefect_worker_limit          = var.prefect_worker_limit
     mlflow_tracking_uri           = var.mlflow_tracking_uri
     artifact_bucket_name          = var.artifact_bucket_name
-    log_group_name                = aws_cloudwatch_log_group.this.name
+    log_group_name                = module.role.log_group_name
   })
 }
 
@@ -82,104 +87,20 @@ resource "aws_vpc_security_group_egress_rule" "prefect_api" {
   cidr_ipv4         = each.value
 }
 
-# ---------------------------------------------------------------- IAM (least privilege)
+# ---------------------------------------------------------------- IAM (least privilege) and logs
 
-data "aws_iam_policy_document" "assume" {
-  statement {
-    actions = ["sts:AssumeRole"]
+module "role" {
+  source = "../instance_role"
 
-    principals {
-      type        = "Service"
-      identifiers = ["ec2.amazonaws.com"]
-    }
-  }
-}
-
-resource "aws_iam_role" "this" {
-  name_prefix        = "${local.name}-"
-  description        = "advrag GPU worker: its artefact prefixes, its log group, SSM Session Manager"
-  assume_role_policy = data.aws_iam_policy_document.assume.json
-}
-
-data "aws_iam_policy_document" "worker" {
-  statement {
-    sid       = "ListOwnPrefixes"
-    actions   = ["s3:ListBucket"]
-    resources = [var.artifact_bucket_arn]
-
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = flatten([for p in var.artifact_prefixes : [p, "${p}/*"]])
-    }
-  }
-
-  statement {
-    sid = "ReadWriteOwnPrefixes"
-    actions = [
-      "s3:GetObject",
-      "s3:PutObject",
-      "s3:DeleteObject",
-      "s3:AbortMultipartUpload",
-      "s3:ListMultipartUploadParts",
-    ]
-    resources = [for p in var.artifact_prefixes : "${var.artifact_bucket_arn}/${p}/*"]
-  }
-
-  statement {
-    sid       = "UseProjectKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
-    resources = [var.kms_key_arn]
-  }
-
-  statement {
-    sid = "WriteOwnLogGroup"
-    actions = [
-      "logs:CreateLogStream",
-      "logs:PutLogEvents",
-      "logs:DescribeLogStreams",
-    ]
-    resources = [
-      aws_cloudwatch_log_group.this.arn,
-      "${aws_cloudwatch_log_group.this.arn}:*",
-    ]
-  }
-
-  dynamic "statement" {
-    for_each = var.prefect_api_key_ssm_parameter == "" ? [] : [var.prefect_api_key_ssm_parameter]
-
-    content {
-      sid     = "ReadPrefectApiKey"
-      actions = ["ssm:GetParameter"]
-      resources = [
-        "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:parameter/${trimprefix(statement.value, "/")}",
-      ]
-    }
-  }
-}
-
-resource "aws_iam_role_policy" "worker" {
-  name   = "advrag-worker"
-  role   = aws_iam_role.this.id
-  policy = data.aws_iam_policy_document.worker.json
-}
-
-resource "aws_iam_role_policy_attachment" "ssm_core" {
-  role       = aws_iam_role.this.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
-}
-
-resource "aws_iam_instance_profile" "this" {
-  name_prefix = "${local.name}-"
-  role        = aws_iam_role.this.name
-}
-
-# ---------------------------------------------------------------- logs
-
-resource "aws_cloudwatch_log_group" "this" {
-  name              = "/${var.name_prefix}/gpu-workers"
-  retention_in_days = var.log_retention_days
-  kms_key_id        = var.kms_key_arn
+  name                = local.name
+  description         = "advrag GPU worker: its artefact prefixes, its log group, SSM Session Manager"
+  policy_name         = "advrag-worker"
+  artifact_bucket_arn = var.artifact_bucket_arn
+  artifact_prefixes   = var.artifact_prefixes
+  kms_key_arn         = var.kms_key_arn
+  log_group_name      = "/${var.name_prefix}/gpu-workers"
+  log_retention_days  = var.log_retention_days
+  ssm_parameter_arns  = local.prefect_api_key_arns
 }
 
 # ---------------------------------------------------------------- compute
@@ -194,7 +115,7 @@ resource "aws_launch_template" "this" {
   user_data              = base64encode(local.user_data)
 
   iam_instance_profile {
-    arn = aws_iam_instance_profile.this.arn
+    arn = module.role.instance_profile_arn
   }
 
   network_interfaces {

@@ -15,10 +15,10 @@ output "launch_template_id" {
 
 output "iam_role_arn" {
   description = "ARN of the workers' IAM role."
-  value       = aws_iam_role.this.arn
+  value       = module.role.role_arn
 }
 
 output "log_group_name" {
   description = "CloudWatch log group with the Prefect worker and cloud-init logs."
-  value       = aws_cloudwatch_log_group.this.name
+  value       = module.role.log_group_name
 }

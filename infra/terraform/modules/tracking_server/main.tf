@@ -33,7 +33,7 @@ locals {
     db_name               = local.db_name
     db_user               = local.db_user
     db_password_parameter = aws_ssm_parameter.db_password.name
-    log_group_name        = aws_cloudwatch_log_group.this.name
+    log_group_name        = module.role.log_group_name
   })
 }
 
@@ -223,98 +223,20 @@ resource "aws_db_instance" "this" {
   depends_on = [aws_iam_role_policy_attachment.rds_monitoring]
 }
 
-# ---------------------------------------------------------------- IAM (least privilege)
+# ---------------------------------------------------------------- IAM (least privilege), logs, server
 
-data "aws_iam_policy_document" "assume" {
-  statement {
-    actions = ["sts:AssumeRole"]
+module "role" {
+  source = "../instance_role"
 
-    principals {
-      type        = "Service"
-      identifiers = ["ec2.amazonaws.com"]
-    }
-  }
-}
-
-resource "aws_iam_role" "server" {
-  name_prefix        = "${local.name}-"
-  description        = "MLflow tracking server: its artefact prefix, its password parameter, its log group, SSM"
-  assume_role_policy = data.aws_iam_policy_document.assume.json
-}
-
-data "aws_iam_policy_document" "server" {
-  statement {
-    sid       = "ListArtifactPrefix"
-    actions   = ["s3:ListBucket"]
-    resources = [var.artifact_bucket_arn]
-
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = [var.artifact_prefix, "${var.artifact_prefix}/*"]
-    }
-  }
-
-  statement {
-    sid = "ReadWriteArtifactPrefix"
-    actions = [
-      "s3:GetObject",
-      "s3:PutObject",
-      "s3:DeleteObject",
-      "s3:AbortMultipartUpload",
-      "s3:ListMultipartUploadParts",
-    ]
-    resources = ["${var.artifact_bucket_arn}/${var.artifact_prefix}/*"]
-  }
-
-  statement {
-    sid       = "ReadDbPassword"
-    actions   = ["ssm:GetParameter"]
-    resources = [aws_ssm_parameter.db_password.arn]
-  }
-
-  statement {
-    sid       = "UseProjectKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
-    resources = [var.kms_key_arn]
-  }
-
-  statement {
-    sid = "WriteOwnLogGroup"
-    actions = [
-      "logs:CreateLogStream",
-      "logs:PutLogEvents",
-      "logs:DescribeLogStreams",
-    ]
-    resources = [
-      aws_cloudwatch_log_group.this.arn,
-      "${aws_cloudwatch_log_group.this.arn}:*",
-    ]
-  }
-}
-
-resource "aws_iam_role_policy" "server" {
-  name   = "advrag-mlflow-server"
-  role   = aws_iam_role.server.id
-  policy = data.aws_iam_policy_document.server.json
-}
-
-resource "aws_iam_role_policy_attachment" "ssm_core" {
-  role       = aws_iam_role.server.name
-  policy_arn = "${local.managed}/AmazonSSMManagedInstanceCore"
-}
-
-resource "aws_iam_instance_profile" "server" {
-  name_prefix = "${local.name}-"
-  role        = aws_iam_role.server.name
-}
-
-# ---------------------------------------------------------------- logs and server
-
-resource "aws_cloudwatch_log_group" "this" {
-  name              = "/${var.name_prefix}/mlflow-server"
-  retention_in_days = var.log_retention_days
-  kms_key_id        = var.kms_key_arn
+  name                = local.name
+  description         = "MLflow tracking server: its artefact prefix, its password parameter, its log group, SSM"
+  policy_name         = "advrag-mlflow-server"
+  artifact_bucket_arn = var.artifact_bucket_arn
+  artifact_prefixes   = [var.artifact_prefix]
+  kms_key_arn         = var.kms_key_arn
+  log_group_name      = "/${var.name_prefix}/mlflow-server"
+  log_retention_days  = var.log_retention_days
+  ssm_parameter_arns  = [aws_ssm_parameter.db_password.arn]
 }
 
 resource "aws_instance" "server" {
@@ -322,7 +244,7 @@ resource "aws_instance" "server" {
   instance_type               = var.instance_type
   subnet_id                   = var.subnet_ids[0]
   vpc_security_group_ids      = [aws_security_group.server.id]
-  iam_instance_profile        = aws_iam_instance_profile.server.name
+  iam_instance_profile        = module.role.instance_profile_name
   associate_public_ip_address = false
   ebs_optimized               = true
   monitoring                  = true

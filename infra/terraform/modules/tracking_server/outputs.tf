@@ -25,5 +25,5 @@ output "db_password_parameter" {
 
 output "log_group_name" {
   description = "CloudWatch log group with the MLflow server and cloud-init logs."
-  value       = aws_cloudwatch_log_group.this.name
+  value       = module.role.log_group_name
 }

@@ -1,0 +1,100 @@
+# The IAM identity of an advrag EC2 instance (GPU worker or tracking server), least
+# privilege: list and read/write only its own prefixes of the artefact bucket, use the
+# project's KMS key, write only its own log group, read only the SSM parameters it is
+# given, and be reachable through SSM Session Manager (never SSH).
+
+data "aws_partition" "current" {}
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "this" {
+  name_prefix        = "${var.name}-"
+  description        = var.description
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+}
+
+data "aws_iam_policy_document" "this" {
+  statement {
+    sid       = "ListOwnPrefixes"
+    actions   = ["s3:ListBucket"]
+    resources = [var.artifact_bucket_arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = flatten([for p in var.artifact_prefixes : [p, "${p}/*"]])
+    }
+  }
+
+  statement {
+    sid = "ReadWriteOwnPrefixes"
+    actions = [
+      "s3:GetObject",
+      "s3:PutObject",
+      "s3:DeleteObject",
+      "s3:AbortMultipartUpload",
+      "s3:ListMultipartUploadParts",
+    ]
+    resources = [for p in var.artifact_prefixes : "${var.artifact_bucket_arn}/${p}/*"]
+  }
+
+  statement {
+    sid       = "UseProjectKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
+  }
+
+  statement {
+    sid = "WriteOwnLogGroup"
+    actions = [
+      "logs:CreateLogStream",
+      "logs:PutLogEvents",
+      "logs:DescribeLogStreams",
+    ]
+    resources = [
+      aws_cloudwatch_log_group.this.arn,
+      "${aws_cloudwatch_log_group.this.arn}:*",
+    ]
+  }
+
+  dynamic "statement" {
+    for_each = length(var.ssm_parameter_arns) == 0 ? [] : [var.ssm_parameter_arns]
+
+    content {
+      sid       = "ReadOwnParameters"
+      actions   = ["ssm:GetParameter"]
+      resources = statement.value
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "this" {
+  name   = var.policy_name
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.this.json
+}
+
+resource "aws_iam_role_policy_attachment" "ssm_core" {
+  role       = aws_iam_role.this.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+}
+
+resource "aws_iam_instance_profile" "this" {
+  name_prefix = "${var.name}-"
+  role        = aws_iam_role.this.name
+}
+
+resource "aws_cloudwatch_log_group" "this" {
+  name              = var.log_group_name
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.kms_key_arn
+}
