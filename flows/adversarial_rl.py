@@ -8,11 +8,9 @@ from prefect import flow
 
 from advrag import dataplane
 from advrag.config import AdversarialRLConfig
-from flows.benchmark import benchmark
-from flows.train import benchmark_tags, prefixed, retrieval_settings
+from flows.rl_loop import benchmark_models, benchmark_tags, run_updates, warm_start
 from tasks import arr, tracking
-from tasks import benchmark as bench
-from tasks.train import batch_for_step, budget_spent
+from tasks.train import batch_for_step
 
 
 @flow(name="adversarial_rl", log_prints=True)
@@ -24,32 +22,22 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
     tags = {"data.version": version["digest"], "flow": "adversarial_rl", "method": config.method,
             "model": config.model}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
-        retriever = bench.load_retriever(retrieval_settings(config))
-        records = bench.load_questions("world", retrieval_settings(config, split="train"))
-        start_model = config.model
-        if config.warmup is not None:
-            warm_dir, warm_history = arr.warm_up(config, retriever, records)
-            for i, metrics in enumerate(warm_history):
-                tracking.log_metrics(run_id, prefixed("warmup/", metrics), step=i)
-            start_model = str(warm_dir)
+        retriever, records, start_model = warm_start(config, run_id, arr.warm_up)
         dual, generators = arr.build_agents(config, start_model)
-        history, traces, started = [], [], time.perf_counter()
-        for step in range(arr.resume_latest(dual, config), config.steps):
+        traces, started = [], time.perf_counter()
+
+        def update(step: int) -> dict[str, float]:
             batch = batch_for_step(records, step, config.questions_per_step, dual["reasoner"].config.seed)
             result = arr.train_step(dual, generators, retriever, batch, config)
-            tracking.log_metrics(run_id, result.metrics, step=step)
-            history.append({"step": step, **result.metrics})
             traces.append(result.traces)
-            print(f"update {step + 1}/{config.steps}: reward reasoner "
-                  f"{result.metrics['reasoner/reward_mean']:.3f}, verifier "
-                  f"{result.metrics['verifier/reward_mean']:.3f}, "
-                  f"{result.metrics['time/step_s']:.0f} s")
-            last = step + 1 == config.steps or budget_spent(started, config.max_train_minutes)
-            if (step + 1) % config.checkpoint_every == 0 or last:
-                for agent, path in arr.save_checkpoints(dual, config, step + 1).items():
-                    tracking.log_artifacts(run_id, path, f"checkpoints/{agent}")
-            if last:
-                break
+            return result.metrics
+
+        def checkpoint(next_step: int) -> dict:
+            saved = arr.save_checkpoints(dual, config, next_step)
+            return {f"checkpoints/{agent}": path for agent, path in saved.items()}
+
+        history = run_updates(config, run_id, arr.resume_latest(dual, config), update, checkpoint,
+                              describe_update)
         if history:
             tracking.log_figure(run_id, arr.reward_curves(history), "reward_curves.png")
             tracking.log_figure(run_id, arr.entropy_figure(traces), "entropy_trajectories.png")
@@ -63,18 +51,23 @@ def adversarial_rl(config: AdversarialRLConfig = AdversarialRLConfig(), run_name
                "versions": versions, "steps_run": len(history),
                "train_s": time.perf_counter() - started}
     if config.evaluate is not None:
-        pairs = {"base": (config.model, config.verifier_model),
-                 "warmup": (start_model, None),
-                 "trained": (str(model_dirs["reasoner"]), str(model_dirs["verifier"]))}
-        for name, (reasoner, verifier) in pairs.items():
-            if name == "warmup" and start_model == config.model:
-                continue
-            evaluation = benchmark(config.evaluate.model_copy(
-                update={"model": reasoner, "verifier_model": verifier}), run_name=f"{run_name}-{name}")
-            results[name] = evaluation["results"]
+        pairs = {"base": {"model": config.model, "verifier_model": config.verifier_model},
+                 "warmup": {"model": start_model, "verifier_model": None},
+                 "trained": {"model": str(model_dirs["reasoner"]),
+                             "verifier_model": str(model_dirs["verifier"])}}
+        if start_model == config.model:
+            del pairs["warmup"]
+        scores, evaluation = benchmark_models(config.evaluate, run_name, pairs)
+        results.update(scores)
         for agent, registered in registry_names(config).items():
             tracking.set_model_version_tags(registered, versions[agent], benchmark_tags(evaluation))
     return results
+
+
+def describe_update(metrics: dict[str, float]) -> str:
+    """The progress line of one joint update."""
+    return (f"reward reasoner {metrics['reasoner/reward_mean']:.3f}, verifier "
+            f"{metrics['verifier/reward_mean']:.3f}, {metrics['time/step_s']:.0f} s")
 
 
 def registry_names(config: AdversarialRLConfig) -> dict[str, str]:

@@ -7,7 +7,8 @@ from prefect import flow
 from advrag.config import NightlyConfig, TrainFlowConfig, load_config
 from advrag.engines.local.checkpoint import config_hash
 from flows.benchmark import benchmark
-from flows.train import benchmark_tags, train
+from flows.rl_loop import benchmark_tags
+from flows.train import train
 from tasks import data, tracking
 from tasks import nightly as nt
 from tasks import promotion as promo

@@ -258,7 +258,7 @@ def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) 
 
     from advrag.config import DemoConfig, NightlyConfig, load_config
     from flows.benchmark import benchmark
-    from flows.train import benchmark_tags
+    from flows.rl_loop import benchmark_tags
     from tasks import tracking
 
     work = make_ui.project
