@@ -167,6 +167,7 @@ def main() -> None:
                         help="train a tiny random model (CI-sized) or the config's own model")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/nightly.json")
     args = parser.parse_args()
+    args.config, args.out = args.config.resolve(), args.out.resolve()  # the nights run elsewhere
     work = Path(tempfile.mkdtemp(prefix="bench-nightly-"))
     home, port = work / "prefect", free_port()
     home.mkdir()
