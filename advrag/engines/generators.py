@@ -1,14 +1,13 @@
 """Choose the rollout generator by name: ``"hf"`` (transformers, default) or ``"vllm"``.
 
 Both implement ``advrag.agents.types.TextGenerator`` and give identical greedy
-output on the same weights. The vLLM generator also has ``push_weights(model)``,
-which the training step calls after every update; it starts from the
-checkpoint in ``model_dir`` and receives ``model``'s current weights right away,
-so it samples from exactly the policy being trained (a resumed or LoRA-wrapped
-one included). vLLM's engine dtype defaults to the dtype the policy computes
-in: bf16 when the ``autocast`` option (``TrainablePolicy.autocast``, which the
-transformers generator wraps its calls in) is a bf16 autocast, else the
-parameters' dtype.
+output on the same weights. Both sample in the dtype the policy computes in:
+bf16 when the ``autocast`` option (``TrainablePolicy.autocast``) is a bf16
+autocast, else the parameters' dtype. A generator that holds its own copy of
+the weights (vLLM always; transformers when that dtype differs from the
+parameters', e.g. bf16 over fp32) has ``push_weights(model)``: it is called
+when the generator is built, after a resume and after every update, so the
+samples come from exactly the policy being trained (LoRA merged in).
 """
 
 from __future__ import annotations
@@ -20,12 +19,21 @@ import torch
 from torch import nn
 
 from advrag.agents.types import TextGenerator
-from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 
 
 def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, **options) -> TextGenerator:
-    """transformers ``generate`` on the training model itself (updates are visible at once)."""
-    return HFGenerator(model, tokenizer, **options)
+    """transformers ``generate`` on the training model itself (updates are visible at once).
+
+    When ``autocast`` makes the model compute in another dtype than its weights
+    (bf16 over fp32), it samples instead from a copy in the compute dtype, which
+    ``push_weights`` refreshes (``SnapshotGenerator``: faster than autocast).
+    """
+    compute = _compute_dtype(model, options.get("autocast"))
+    if compute == _compute_dtype(model, None):
+        return HFGenerator(model, tokenizer, **options)
+    options.pop("autocast")
+    return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), **options)
 
 
 def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,

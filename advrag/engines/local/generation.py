@@ -8,10 +8,12 @@ agents' tag protocol expects.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+from torch import nn
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -85,6 +87,33 @@ class HFGenerator(ChatPrompting):
         self.generated_tokens += int((new_tokens != tok.pad_token_id).sum())
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
+
+
+class SnapshotGenerator(HFGenerator):
+    """transformers generation from a LoRA-merged copy of the policy, cast once to ``dtype``.
+
+    Sampling an fp32 policy under CPU bf16 autocast recasts every weight at
+    every decoding step; a bf16 copy sampled 1.6x faster than autocast and 2.1x
+    faster than fp32 here (``bench/results/rollout_precision.json``). Like the
+    vLLM engine, the copy only changes through ``push_weights``, which the
+    training step calls after every update.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, *, dtype: torch.dtype, **options):
+        self.dtype = dtype
+        super().__init__(inference_copy(model, dtype), tokenizer, **options)
+
+    def push_weights(self, model: nn.Module) -> None:
+        """Sample from ``model``'s current weights from now on."""
+        self.model = inference_copy(model, self.dtype)
+
+
+def inference_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` with any LoRA merged in, in ``dtype``, in eval mode (``model`` untouched)."""
+    clone = copy.deepcopy(model)
+    if hasattr(clone, "merge_and_unload"):
+        clone = clone.merge_and_unload()
+    return clone.to(dtype).eval()
 
 
 def pick_dtype(requested: str) -> str:
