@@ -6,10 +6,11 @@ The train flow's policy (SmolLM2-135M + LoRA r16, fp32 weights) samples the
 same Search-R1 rollout three ways, interleaved in one process so that machine
 load hits all three alike:
 - ``fp32``: transformers ``generate`` on the policy as it is;
-- ``bf16-autocast``: the same under the policy's CPU bf16 autocast (the train
-  flow's default, so the old log-probs and the samples share one dtype);
-- ``bf16-copy``: a LoRA-merged copy of the policy cast to bf16; a trainer
-  would refresh it after every update, so the copy's cost is timed too.
+- ``bf16-autocast``: the same under the policy's CPU bf16 autocast (how the
+  old log-probs are computed);
+- ``bf16-copy``: ``inference_copy``, a LoRA-merged copy of the policy cast to
+  bf16, which ``SnapshotGenerator`` samples and refreshes after every update
+  (the train flow's rollouts since this benchmark), so the copy's cost is timed too.
 
 Tokens/s = generated tokens / rollout wall time (retrieval included); medians
 over ``repeats``, each repeat seeding every mode alike. Needs `dvc repro`.
@@ -18,7 +19,6 @@ over ``repeats``, each repeat seeding every mode alike. Needs `dvc repro`.
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import time
 from pathlib import Path
@@ -28,18 +28,10 @@ from bench_rollout import rollout_rate
 from reporting import write_report
 
 from advrag.datasets.loaders import load_qa
-from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.generation import HFGenerator, inference_copy
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.retrieval.retriever import load_retriever
 from models.loading import load_policy
-
-
-def bf16_copy(model) -> torch.nn.Module:
-    """A LoRA-merged bf16 copy of ``model`` for sampling (the training weights stay fp32)."""
-    clone = copy.deepcopy(model)
-    if hasattr(clone, "merge_and_unload"):
-        clone = clone.merge_and_unload()
-    return clone.to(torch.bfloat16).eval()
 
 
 def main() -> None:
@@ -56,7 +48,7 @@ def main() -> None:
     policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32), cpu_bf16=True)
     copy_s = []
     start = time.perf_counter()
-    sampler = bf16_copy(policy.model)
+    sampler = inference_copy(policy.model, torch.bfloat16)
     copy_s.append(time.perf_counter() - start)
     settings = {"temperature": 1.0, "batch_size": args.batch}
     generators = {
@@ -75,7 +67,7 @@ def main() -> None:
             print(f"repeat {repeat + 1}/{args.repeats} {mode}: {rates[mode][-1]:.1f} tokens/s",
                   flush=True)
         start = time.perf_counter()
-        generators["bf16-copy"].model = bf16_copy(policy.model)
+        generators["bf16-copy"].model = inference_copy(policy.model, torch.bfloat16)
         copy_s.append(time.perf_counter() - start)
     medians = {mode: statistics.median(r) for mode, r in rates.items()}
     write_report(args.out, {
