@@ -17,7 +17,7 @@ def apt_install(package: str, find: Callable[[], Found | None], *, timeout_s: in
 
     The one place a system-package test skips: only when the package cannot be
     installed here (no apt, no network to Debian, no permission), saying which
-    command failed and how.
+    command failed and how. Installed but unusable is a failure.
     """
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     problem = None
@@ -30,8 +30,9 @@ def apt_install(package: str, find: Callable[[], Found | None], *, timeout_s: in
         if proc.returncode != 0:
             problem = f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-500:]}"
             break
-    found = find() if problem is None else None
-    if found is None:
-        pytest.skip(f"{package} is not installed and could not be installed here: "
-                    f"{problem or 'apt-get succeeded but what the tests need is still missing'}")
+    if problem is not None:
+        pytest.skip(f"{package} is not installed and could not be installed here: {problem}")
+    found = find()
+    if found is None:  # installed, yet unusable: a real failure, never hidden as a skip
+        pytest.fail(f"apt-get installed {package}, but what the tests need from it is missing")
     return found
