@@ -49,7 +49,7 @@ def world(
     n_test: int = typer.Option(100, help="Number of held-out test questions."),
 ) -> None:
     """Generate the fictional offline world (corpus + QA splits)."""
-    from advrag.dataplane import build_world
+    from advrag.ops.dataplane import build_world
 
     build_world(out, seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test)
     typer.echo(f"wrote the world to {out}")
@@ -135,7 +135,7 @@ def remote(
     default: bool = typer.Option(True, help="Make it the default remote for dvc push/pull."),
 ) -> None:
     """Point DVC at an S3 remote (credentials: AWS_* env or `dvc remote modify --local`)."""
-    from advrag.dataplane import DvcError, configure_s3_remote
+    from advrag.ops.dataplane import DvcError, configure_s3_remote
 
     try:
         configure_s3_remote(name, url, endpoint_url, default=default)
@@ -162,7 +162,7 @@ def serve_retriever(
 def prepare_data(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: world → GX gate → `dvc add data` → `dvc repro`."""
     from advrag.config import DemoConfig, load_config
-    from flows.prepare_data import prepare_data as flow
+    from advrag.flows.prepare_data import prepare_data as flow
 
     flow(load_config(config, DemoConfig).data)
 
@@ -176,7 +176,7 @@ def benchmark(
 ) -> None:
     """Flow: evaluate methods on datasets and log to MLflow."""
     from advrag.config import DemoConfig, load_config
-    from flows.benchmark import benchmark as flow
+    from advrag.flows.benchmark import benchmark as flow
 
     cfg = load_config(config, DemoConfig).benchmark
     updates = {"model": model, "limit": limit, "methods": methods.split(",") if methods else None}
@@ -188,7 +188,7 @@ def benchmark(
 def train(config: Path = typer.Option(Path("configs/train.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: GRPO-train the Search-R1-style agent (resumes from its latest checkpoint)."""
     from advrag.config import TrainFlowConfig, load_config
-    from flows.train import train as flow
+    from advrag.flows.train import train as flow
 
     flow(load_config(config, TrainFlowConfig))
 
@@ -200,7 +200,7 @@ def adversarial_rl(
 ) -> None:
     """Flow: ARR, train a reasoner and a verifier jointly (resumes from their latest checkpoints)."""
     from advrag.config import AdversarialRLConfig, load_config
-    from flows.adversarial_rl import adversarial_rl as flow
+    from advrag.flows.adversarial_rl import adversarial_rl as flow
 
     flow(load_config(config, AdversarialRLConfig), run_name=run_name or config.stem)
 
@@ -209,7 +209,7 @@ def adversarial_rl(
 def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """The main job: prepare the data, then benchmark all methods with SmolLM2."""
     from advrag.config import DemoConfig, load_config
-    from flows.demo import demo as flow
+    from advrag.flows.demo import demo as flow
 
     flow(load_config(config, DemoConfig))
 
@@ -220,7 +220,7 @@ NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config
 @app.command()
 def nightly(config: Path = NIGHTLY_CONFIG) -> None:
     """Flow: data refresh → GX gate → train → benchmark → promotion gate (what the schedule runs)."""
-    from flows.nightly import nightly as flow
+    from advrag.flows.nightly import nightly as flow
 
     flow(str(config))
 
@@ -232,7 +232,7 @@ def promote(
     force: bool = typer.Option(False, help="Make it champion even if the gate says no (recorded as forced)."),
 ) -> None:
     """Promotion gate: `champion` only if it clearly beats the champion on the same questions."""
-    from flows.nightly import promote as flow
+    from advrag.flows.nightly import promote as flow
 
     result = flow(str(config), version, force)
     typer.echo(f"v{result['version']}: {result['alias']} ({result['promotion.reason']})")
@@ -242,7 +242,7 @@ def promote(
 def rollback(config: Path = NIGHTLY_CONFIG) -> None:
     """Give `champion` back to the version the current champion replaced."""
     from advrag.config import NightlyConfig, load_config
-    from tasks import promotion, tracking
+    from advrag.tasks import promotion, tracking
 
     name = load_config(config, NightlyConfig).train.registered_model
     tracking.configure()
@@ -260,7 +260,7 @@ def schedule(
     pool: str = typer.Option("advrag-local", help="Process work pool of the deployment and worker."),
 ) -> None:
     """Start a local Prefect server, register the nightly deployment, start a worker."""
-    from advrag.scheduling import schedule as start
+    from advrag.ops.scheduling import schedule as start
 
     s = start(Path("."), Path(os.environ["PREFECT_HOME"]), port=port, pool=pool)
     typer.echo(f"Prefect UI {s.ui_url} (API {s.api_url}), server ready in {s.server_start_s:.1f} s")
@@ -272,7 +272,7 @@ def schedule(
 @app.command()
 def unschedule() -> None:
     """Stop the worker, then the local Prefect server."""
-    from advrag.scheduling import unschedule as stop
+    from advrag.ops.scheduling import unschedule as stop
 
     stopped = stop(Path(os.environ["PREFECT_HOME"]))
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
@@ -285,9 +285,9 @@ def ui(
     config: Path = typer.Option(Path("configs/demo.yaml"), help="Config naming the benchmark experiment."),
 ) -> None:
     """The MLflow UI (.mlflow/) and the Prefect UI (PREFECT_HOME) on the demo's stores; Ctrl-C stops both."""
-    from advrag import ui as servers
     from advrag.config import DemoConfig, load_config
-    from tasks import tracking
+    from advrag.ops import ui as servers
+    from advrag.tasks import tracking
 
     store, notes = tracking.DEFAULT_DIR, []
     if (store / "mlflow.db").is_file():

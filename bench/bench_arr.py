@@ -33,7 +33,7 @@ PARTS = ("reasoner/time/rollout_s", "verifier/time/rollout_s", "time/retrieval_s
 
 def tiny_model(world: Path, out: Path) -> Path:
     """A tiny random Llama with a BPE tokenizer trained on the world's corpus."""
-    from models.tiny import build_tiny_policy
+    from advrag.models.tiny import build_tiny_policy
 
     lines = (world / "corpus.jsonl").read_text().splitlines()
     return build_tiny_policy(out, [json.loads(line)["contents"] for line in lines])
@@ -53,7 +53,7 @@ def main() -> None:
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.arr_step import arr_step
     from advrag.retrieval.retriever import load_retriever
-    from tasks import arr
+    from advrag.tasks import arr
 
     config = load_config(args.config, AdversarialRLConfig)
     scratch = tempfile.TemporaryDirectory()

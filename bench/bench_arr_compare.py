@@ -27,9 +27,9 @@ from bench_arr import tiny_model  # bench/ is the script's directory
 from reporting import write_report
 
 from advrag.config import AdversarialRLConfig, BenchmarkConfig, TrainFlowConfig, load_config
-from flows.adversarial_rl import adversarial_rl
-from flows.benchmark import benchmark
-from flows.train import train
+from advrag.flows.adversarial_rl import adversarial_rl
+from advrag.flows.benchmark import benchmark
+from advrag.flows.train import train
 
 ARR_CONFIGS = {"arr": "configs/arr.yaml", "arr-no-adv": "configs/arr-no-adv.yaml",
                "arr-no-proc": "configs/arr-no-proc.yaml"}

@@ -20,8 +20,8 @@ from pathlib import Path
 from advrag.agents.arr import run_arr_dialogue
 from advrag.datasets.loaders import load_qa
 from advrag.engines.local.generation import HFGenerator, pick_dtype
+from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
-from models.loading import load_policy
 
 
 def timed_dialogues(generator: HFGenerator, questions, retriever, batched: bool, args) -> float:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from advrag.config import TrainFlowConfig, load_config
-from flows.train import train
-from tasks import tracking
+from advrag.flows.train import train
+from advrag.tasks import tracking
 
 
 def phase_seconds(run_id: str) -> dict[str, float]:

@@ -42,7 +42,7 @@ def free_port() -> int:
 
 def make_project(root: Path) -> Path:
     """git + DVC repo with the project's stage definitions (stage deps name source files)."""
-    from advrag import dataplane
+    from advrag.ops import dataplane
 
     root.mkdir(parents=True)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
@@ -55,7 +55,7 @@ def make_project(root: Path) -> Path:
 
 def start_server(home: Path, port: int) -> float:
     """Seconds from `prefect server start` to a healthy API."""
-    from advrag import scheduling
+    from advrag.ops import scheduling
 
     start = time.perf_counter()
     scheduling.start_background(home, "server", [
@@ -69,7 +69,7 @@ def tiny_policy(config_path: Path, out: Path) -> Path:
     """The tiny random Llama, its tokenizer trained on the world the config generates."""
     from advrag.config import NightlyConfig, load_config
     from advrag.datasets.world import WorldConfig, generate_world, write_world
-    from models.tiny import build_tiny_policy
+    from advrag.models.tiny import build_tiny_policy
 
     section = load_config(config_path, NightlyConfig).data.world
     world_dir = out.parent / "world-for-tokenizer"
@@ -140,7 +140,7 @@ def noop_costs(n_tasks: int = 100, n_subflows: int = 10) -> dict[str, float]:
 
 def night(config, label: str) -> dict:
     """One nightly run: wall time, summed task time, task and flow-run counts."""
-    from flows.nightly import nightly
+    from advrag.flows.nightly import nightly
 
     since = time.time()
     start = time.perf_counter()
@@ -185,8 +185,8 @@ def main() -> None:
                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1",
                        "MLFLOW_DISABLE_TELEMETRY": "true", "DVC_NO_ANALYTICS": "1"}.items():
         os.environ[key] = value
-    from advrag import scheduling
     from advrag.config import NightlyConfig, load_config
+    from advrag.ops import scheduling
 
     try:
         server = {"cold_start_s": start_server(home, port)}

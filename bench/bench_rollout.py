@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from advrag.fileio import atomic_write_text
+from advrag.common.fileio import atomic_write_text
 
 MODES = ["hf-fp32", "hf-bf16", "vllm-fp32", "vllm-bf16"]
 GROUP_SIZE = 4
@@ -67,7 +67,7 @@ def build(mode: str, args):
     from advrag.engines.generators import make_generator
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     backend, precision = mode.split("-")
     loaded = load_policy("smollm2", dtype="float32")

@@ -30,8 +30,8 @@ from reporting import write_report
 from advrag.datasets.loaders import load_qa
 from advrag.engines.local.generation import HFGenerator, inference_copy
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
+from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
-from models.loading import load_policy
 
 
 def main() -> None:

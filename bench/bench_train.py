@@ -57,7 +57,7 @@ def run_mode(mode: str, batch: int, seq: int, repeats: int, cpu_bf16: bool) -> d
 
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     loaded = load_policy("smollm2")
     n_params = sum(p.numel() for p in loaded.model.parameters())
@@ -77,7 +77,7 @@ def run_mode(mode: str, batch: int, seq: int, repeats: int, cpu_bf16: bool) -> d
     times, tokens = [], 0
     for _ in range(repeats):
         start = time.perf_counter()
-        metrics = trainer.update(trajectories, scores, groups)
+        metrics = trainer.update(trajectories, scores, groups).metrics
         times.append(time.perf_counter() - start)
         tokens = metrics["tokens"]
     step = statistics.median(times)

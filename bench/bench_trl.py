@@ -77,7 +77,7 @@ class OurSide:
         from advrag.engines.local.generation import HFGenerator
         from advrag.engines.local.policy import LoraSettings, TrainablePolicy
         from advrag.engines.local.trainer import LocalTrainer, TrainConfig
-        from models.loading import load_policy
+        from advrag.models.loading import load_policy
 
         loaded = load_policy("smollm2", dtype="float32")
         self.source, self.tokenizer = loaded.source, loaded.tokenizer
@@ -121,7 +121,7 @@ class OurSide:
         scores = score(
             trajectories, repeated, lambda t, r: f1_score(t.policy_text(), r.golden_answers)
         )
-        metrics = self.trainer.update(trajectories, scores, [r.id for r in repeated])
+        metrics = self.trainer.update(trajectories, scores, [r.id for r in repeated]).metrics
         step_s = time.perf_counter() - started
         return {
             "step_s": step_s,
@@ -376,7 +376,7 @@ def main() -> None:
         row = run_variant(args.variant, args.variant_bf16, args)
         args.child_out.write_text(json.dumps(row))
         return
-    from advrag.fileio import atomic_write_text
+    from advrag.common.fileio import atomic_write_text
 
     load_at_start = os.getloadavg()[0]
     variants = [(m, b) for b in ([False, True] if args.cpu_bf16 else [False]) for m in args.modes]

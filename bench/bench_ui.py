@@ -2,7 +2,7 @@
 
     python bench/bench_ui.py [--repeats 3] [--out bench/results/ui.json]
 
-Each repeat starts both servers through `advrag.ui` (the code `advrag ui` runs)
+Each repeat starts both servers through `advrag.ops.ui` (the code `advrag ui` runs)
 on fresh stores in a tmp dir ("cold": MLflow creates its SQLite schema, Prefect
 migrates its database) and then again on the same stores ("warm", as on a
 second `make ui`). A start time is launch → first 200 from the health endpoint.
@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from advrag import ui
+from advrag.ops import ui
 
 
 def free_port() -> int:

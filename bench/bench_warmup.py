@@ -29,9 +29,9 @@ from advrag.curation.demonstrations import build_demonstrations
 from advrag.datasets.loaders import load_qa
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.sft import SFTConfig, supervised_finetune
+from advrag.flows.benchmark import benchmark
 from advrag.retrieval.retriever import load_retriever
-from flows.benchmark import benchmark
-from tasks.train import save_merged, trainable_policy
+from advrag.tasks.train import save_merged, trainable_policy
 
 COLUMNS = ("em", "em_lo", "em_hi", "f1", "format_errors", "n_searches", "retrieval_recall")
 

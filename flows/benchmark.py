@@ -4,27 +4,26 @@ from __future__ import annotations
 
 from prefect import flow
 
-from advrag import dataplane
 from advrag.config import BenchmarkConfig
-from tasks import benchmark as bench
-from tasks import tracking
+from advrag.tasks import benchmark as bench
+from advrag.tasks import data, tracking
 
 
 @flow(name="benchmark", log_prints=True)
 def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benchmark") -> dict:
     """Methods × datasets → EM/F1 with bootstrap CIs, predictions, table and plot."""
     tracking.configure()
-    version = dataplane.data_version()
+    version = data.data_version()
     tags = {"data.version": version["digest"], "flow": "benchmark", "model": config.model}
     with tracking.tracked_run(config.experiment, run_name, params={
         "config": config.model_dump(mode="json"), "data": version}, tags=tags) as run_id:
-        generator = bench.load_generator(config)
+        generators = bench.load_generator(config)
         retriever = bench.load_retriever(config) if needs_retrieval(config) else None
         results = {}
         for dataset in config.datasets:
             records = bench.load_questions(dataset, config)
             for method in config.methods:
-                rows = bench.evaluate(method, dataset, records, generator, retriever, config)
+                rows = bench.evaluate(method, dataset, records, generators, retriever, config)
                 results[(method, dataset)] = bench.log_method_results(
                     run_id, method, dataset, rows, config.seed)
         table = bench.log_results_table(run_id, results)

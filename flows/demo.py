@@ -5,9 +5,9 @@ from __future__ import annotations
 from prefect import flow
 
 from advrag.config import DemoConfig
-from flows.benchmark import benchmark
-from flows.prepare_data import prepare_data
-from tasks import tracking
+from advrag.flows.benchmark import benchmark
+from advrag.flows.prepare_data import prepare_data
+from advrag.tasks import tracking
 
 
 @flow(name="demo", log_prints=True)

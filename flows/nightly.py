@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from prefect import flow
 
-from advrag.config import NightlyConfig, TrainFlowConfig, load_config
-from advrag.engines.local.checkpoint import config_hash
-from flows.benchmark import benchmark
-from flows.rl_loop import benchmark_tags
-from flows.train import train
-from tasks import data, tracking
-from tasks import nightly as nt
-from tasks import promotion as promo
+from advrag.config import NightlyConfig, TrainFlowConfig, config_hash, load_config
+from advrag.flows.benchmark import benchmark
+from advrag.flows.rl import benchmark_tags
+from advrag.flows.train import train
+from advrag.tasks import data, tracking
+from advrag.tasks import nightly as nt
+from advrag.tasks import promotion as promo
 
 DEFAULT_CONFIG = "configs/nightly.yaml"
 
@@ -69,5 +68,5 @@ def nightly_training(train_config: TrainFlowConfig, data_digest: str) -> TrainFl
     settings (a rerun on the same data resumes instead of starting over); no evaluation inside,
     the nightly benchmarks the registered candidate itself."""
     training = train_config.model_copy(update={"evaluate": None})
-    key = f"{data_digest}-{config_hash(training)}"
+    key = f"{data_digest}-{config_hash(training, exclude=training.RUN_CONTROL)}"
     return training.model_copy(update={"checkpoint_dir": train_config.checkpoint_dir / key})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow
 
 from advrag.config import DataConfig
-from tasks import data
+from advrag.tasks import data
 
 
 @flow(name="prepare_data", log_prints=True)

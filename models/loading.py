@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from advrag.fileio import atomic_dir
+from advrag.common.fileio import atomic_dir
 
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -79,7 +79,7 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> str:
     if spec.startswith("models:/"):
         raise ValueError(
             f"{spec!r} is an MLflow model URI: resolve it with "
-            "tasks.tracking.download_model(uri) first (the CLI and flows do this)."
+            "advrag.tasks.tracking.download_model(uri) first (the CLI and flows do this)."
         )
     cache = cache_dir or default_cache_dir()
     if spec == SMOLLM2:

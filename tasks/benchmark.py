@@ -8,17 +8,18 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
-from advrag import evaluation
 from advrag.config import BenchmarkConfig
 from advrag.datasets.records import QARecord
-from tasks import tracking
+from advrag.evaluation import methods, reports, scoring
+from advrag.evaluation.methods import Generators
+from advrag.tasks import tracking
 
 
 @task(cache_policy=NO_CACHE)
-def load_generator(config: BenchmarkConfig):
-    """The policy as a batched generator (with ARR's verifier if separate); ``models:/`` from MLflow."""
+def load_generator(config: BenchmarkConfig) -> Generators:
+    """The policy as a batched generator (and ARR's verifier if separate); ``models:/`` from MLflow."""
     from advrag.engines.local.generation import HFGenerator, pick_dtype
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     def generator(spec: str) -> HFGenerator:
         if spec.startswith("models:/"):
@@ -27,8 +28,8 @@ def load_generator(config: BenchmarkConfig):
         return HFGenerator(policy.model, policy.tokenizer, batch_size=config.batch_size)
 
     if config.verifier_model is None or "arr" not in config.methods:
-        return generator(config.model)
-    return evaluation.WithVerifier(generator(config.model), generator(config.verifier_model))
+        return Generators(generator(config.model))
+    return Generators(generator(config.model), generator(config.verifier_model))
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
@@ -58,23 +59,23 @@ def load_questions(dataset: str, config: BenchmarkConfig) -> list[QARecord]:
 
 
 @task(cache_policy=NO_CACHE)
-def evaluate(method: str, dataset: str, records: list[QARecord], generator, retriever,
+def evaluate(method: str, dataset: str, records: list[QARecord], generators: Generators, retriever,
              config: BenchmarkConfig) -> list[dict]:
     """Run one method over the questions in batches (progress bar); score each."""
-    recorder = evaluation.RecordingRetriever(retriever)
-    outputs: list[evaluation.MethodOutput] = []
+    recorder = methods.RecordingRetriever(retriever)
+    outputs: list[methods.MethodOutput] = []
     step = config.batch_size
     for start in tqdm(range(0, len(records), step), desc=f"{method} on {dataset}", unit="batch"):
         questions = [r.question for r in records[start:start + step]]
-        outputs += evaluation.run_method(method, questions, generator, recorder, config)
-    return evaluation.score_rows(records, outputs)
+        outputs += methods.run_method(method, questions, generators, recorder, config)
+    return scoring.score_rows(records, outputs)
 
 
 @task(cache_policy=NO_CACHE)
 def log_method_results(run_id: str, method: str, dataset: str, rows: list[dict],
                        seed: int) -> dict[str, float]:
     """Per-example table and summary metrics of one (method, dataset)."""
-    summary = evaluation.summarize(rows, seed=seed)
+    summary = scoring.summarize(rows, seed=seed)
     tracking.log_metrics(run_id, {f"{dataset}/{method}/{k}": v for k, v in summary.items()})
     tracking.log_table(run_id, rows, f"predictions/{dataset}/{method}.json")
     return summary
@@ -87,7 +88,7 @@ def log_results_table(run_id: str, results: dict[tuple[str, str], dict[str, floa
         per_dataset = [s for (m, _), s in results.items() if m == method]
         averages = {k: sum(s[k] for s in per_dataset) / len(per_dataset) for k in ("em", "f1")}
         tracking.log_metrics(run_id, {f"avg/{method}/{k}": v for k, v in averages.items()})
-    table = evaluation.results_markdown(results)
+    table = reports.results_markdown(results)
     tracking.log_text(run_id, table, "results.md")
-    tracking.log_figure(run_id, evaluation.results_figure(results), "results.png")
+    tracking.log_figure(run_id, reports.results_figure(results), "results.png")
     return table

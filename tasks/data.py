@@ -6,8 +6,8 @@ from pathlib import Path
 
 from prefect import task
 
-from advrag import dataplane
 from advrag.config import WorldSection
+from advrag.ops import dataplane
 
 
 @task
@@ -32,6 +32,12 @@ def gate_files(qa_paths: list[Path], corpus_paths: list[Path]) -> None:
 def version_raw_data(path: Path) -> str:
     """`dvc add` the raw inputs; returns their content hash."""
     return dataplane.version_raw_data(path)
+
+
+@task
+def data_version() -> dict[str, str]:
+    """The DVC data version of the checkout (hashes of ``data.dvc`` and ``dvc.lock``)."""
+    return dataplane.data_version()
 
 
 @task(retries=1)

@@ -20,8 +20,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from advrag.config import PromotionSection
-from advrag.promotion import CHALLENGER, CHAMPION, Decision, decide
-from tasks import tracking
+from advrag.registry.promotion import CHALLENGER, CHAMPION, Decision, decide
+from advrag.tasks import tracking
 
 PREVIOUS = "previous-champion"
 IO = {"retries": 2, "retry_delay_seconds": 2, "cache_policy": NO_CACHE}  # registry I/O
@@ -82,7 +82,7 @@ def needs_rebenchmark(candidate: Evidence, champion: Evidence | None) -> bool:
 @task
 def judge(candidate: Evidence, champion: Evidence | None, settings: PromotionSection,
           force: bool = False) -> Decision:
-    """``advrag.promotion.decide`` on the evidence; ``force`` promotes anyway, saying so."""
+    """``advrag.registry.promotion.decide`` on the evidence; ``force`` promotes anyway, saying so."""
     if champion is not None and champion.version == candidate.version:
         return Decision(CHAMPION, "already the champion")
     decision = decide(candidate.em, None if champion is None else champion.em,

@@ -37,7 +37,7 @@ def small_world_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_policy_dir(tmp_path_factory, small_world_dir) -> Path:
     """A tiny random Llama with a BPE tokenizer trained on the small world."""
-    from models.tiny import build_tiny_policy
+    from advrag.models.tiny import build_tiny_policy
 
     corpus = small_world_dir / "corpus.jsonl"
     texts = [json.loads(line)["contents"] for line in corpus.read_text().splitlines()]

@@ -23,7 +23,7 @@ Conventions (pinned in ``tests/unit/test_advantages.py``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -140,3 +140,48 @@ def reinforce_pp_baseline_advantages(
     centred = torch.where(count > 1, scores - mean, scores)
     mask = response_mask.bool()
     return _masked_whiten(token_advantages(centred, mask), mask, eps)
+
+
+def _registrar(table: dict[str, Callable], kind: str) -> Callable:
+    """A ``register(name)`` decorator adding functions to ``table`` (each name once)."""
+
+    def register_as(name: str) -> Callable[[Callable], Callable]:
+        def register(fn: Callable) -> Callable:
+            if name in table:
+                raise ValueError(f"{kind} {name!r} is already registered")
+            table[name] = fn
+            return fn
+
+        return register
+
+    return register_as
+
+
+AdvantageEstimator = Callable[[Tensor, GroupIds, Tensor], Tensor]
+"""``(scores (batch,), group_ids, response_mask (batch, seq)) → token advantages (batch, seq)``."""
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+"""Outcome advantage estimators by name (what ``TrainConfig.advantage`` selects)."""
+
+register_advantage = _registrar(ADVANTAGE_ESTIMATORS, "advantage estimator")
+
+ADVANTAGE_TERMS: dict[str, Callable] = {}
+"""Terms a recipe adds to the outcome token advantages, by name (e.g. ARR's ``arr_process``
+in ``core.arr_process``); each is a pure function of the rollout's tensors."""
+
+register_advantage_term = _registrar(ADVANTAGE_TERMS, "advantage term")
+
+
+@register_advantage("grpo")
+def grpo_token_advantages(scores: Tensor, group_ids: GroupIds, response_mask: Tensor) -> Tensor:
+    """GRPO's group z-score on every response token."""
+    return token_advantages(grpo_advantages(scores, group_ids), response_mask)
+
+
+@register_advantage("drgrpo")
+def drgrpo_token_advantages(scores: Tensor, group_ids: GroupIds, response_mask: Tensor) -> Tensor:
+    """Dr.GRPO's group mean-centring (no std division) on every response token."""
+    return token_advantages(grpo_advantages(scores, group_ids, scale="none"), response_mask)
+
+
+register_advantage("reinforce_pp")(reinforce_pp_baseline_advantages)

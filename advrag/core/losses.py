@@ -213,3 +213,10 @@ def logprobs_from_logits(logits: Tensor, token_ids: Tensor) -> Tensor:
         )
     log_probs = torch.log_softmax(_at_least_fp32(logits), dim=-1)
     return log_probs.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+    "ppo_clip": policy_loss,
+}
+"""Policy-gradient losses by name (what ``TrainConfig.policy_loss`` selects); each takes
+``policy_loss``'s arguments and returns the aggregated loss and its token metrics."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advrag.fileio import atomic_write_text
+from advrag.common.fileio import atomic_write_text
 
 
 class DataFormatError(ValueError):

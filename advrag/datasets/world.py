@@ -35,8 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from advrag.common.fileio import atomic_write_text
 from advrag.datasets.records import QARecord, write_jsonl
-from advrag.fileio import atomic_write_text
 
 QUESTION_TYPES = ("single", "compositional", "comparison")
 KINDS = ("country", "city", "person", "organisation", "river", "mountain")

@@ -1,5 +1,5 @@
 """File helpers of the retrieval stages: corpus reading and linking (atomic
-writes live in ``advrag.fileio``)."""
+writes live in ``advrag.common.fileio``)."""
 
 from __future__ import annotations
 

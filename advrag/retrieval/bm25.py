@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from advrag.fileio import atomic_dir
+from advrag.common.fileio import atomic_dir
 from advrag.retrieval._files import PASSAGES_FILE, iter_corpus, link_or_copy
 
 BM25_FORMAT = "advrag-bm25-index/1"

@@ -19,7 +19,7 @@ import os
 
 from tqdm import tqdm
 
-from advrag.fileio import atomic_file
+from advrag.common.fileio import atomic_file
 from advrag.retrieval._files import iter_corpus
 
 

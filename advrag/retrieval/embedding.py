@@ -26,7 +26,7 @@ from itertools import islice
 import numpy as np
 from tqdm import tqdm
 
-from advrag.fileio import atomic_file
+from advrag.common.fileio import atomic_file
 from advrag.retrieval._files import iter_corpus
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "

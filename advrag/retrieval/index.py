@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from advrag.fileio import atomic_dir
+from advrag.common.fileio import atomic_dir
 from advrag.retrieval._files import PASSAGES_FILE, iter_corpus, link_or_copy
 
 INDEX_FILE = "index.faiss"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from advrag import dataplane
+from advrag.ops import dataplane
 
 
 @pytest.fixture()

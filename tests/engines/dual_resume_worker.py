@@ -28,24 +28,25 @@ from pathlib import Path
 import torch
 
 from advrag.agents.arr import REASONER_STOP, VERIFIER_FINAL_STOP, VERIFIER_STOP
+from advrag.config import AdversarialRLConfig
 from advrag.datasets.records import QARecord, read_jsonl
-from advrag.engines.local.arr_step import ArrSettings, arr_step
+from advrag.engines.local.arr_step import arr_step
 from advrag.engines.local.dual import (
     AGENTS,
-    DualTrainer,
+    AgentTrainers,
     agent_generators,
     separate_policies,
     shared_lora_policies,
 )
 from advrag.engines.local.policy import LoraSettings
 from advrag.engines.local.trainer import TrainConfig, seed_everything
+from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
-from models.loading import load_policy
 
 REASONER = TrainConfig(lr=1e-2, warmup_steps=1, total_steps=4, decay="cosine", micro_batch_size=2,
                        max_seq_len=2048, kl_coef=0.01, group_size=2, seed=7)
 VERIFIER = REASONER.model_copy(update={"lr": 5e-3, "decay": "linear"})  # its own schedule
-SETTINGS = ArrSettings(group_size=2, max_turns=1, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
+SETTINGS = AdversarialRLConfig(group_size=2, max_turns=1, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
 RECORDS_PER_STEP = 1
 VOLATILE = ("time/", "tokens_per_s")  # wall-clock metrics differ between any two runs
 
@@ -92,15 +93,15 @@ def build(model_dir: Path, records: list[QARecord], *, shared: bool = True):
         second = load_policy(str(model_dir))
         policies = separate_policies({"reasoner": loaded.model, "verifier": second.model}, None)
     tokenizers = dict.fromkeys(AGENTS, loaded.tokenizer)
-    dual = DualTrainer.build(policies, tokenizers, {"reasoner": REASONER, "verifier": VERIFIER})
+    dual = AgentTrainers.build(policies, tokenizers, {"reasoner": REASONER, "verifier": VERIFIER})
     golds = {r.question: r.golden_answers[0] for r in records}
     samplers = agent_generators(policies, tokenizers, temperature=1.0)
     return dual, {name: TaggingGenerator(g, golds) for name, g in samplers.items()}
 
 
-def run(dual: DualTrainer, generators, retriever, records: list[QARecord], *, position: int,
+def run(dual: AgentTrainers, generators, retriever, records: list[QARecord], *, position: int,
         until: int, checkpoint_root: Path | None = None,
-        settings: ArrSettings = SETTINGS) -> dict[int, dict[str, float]]:
+        settings: AdversarialRLConfig = SETTINGS) -> dict[int, dict[str, float]]:
     """Joint updates until ``dual.step == until``, reading records from ``position`` on."""
     metrics = {}
     while dual.step < until:
@@ -115,7 +116,7 @@ def run(dual: DualTrainer, generators, retriever, records: list[QARecord], *, po
     return metrics
 
 
-def trainable_state(dual: DualTrainer) -> dict[str, torch.Tensor]:
+def trainable_state(dual: AgentTrainers) -> dict[str, torch.Tensor]:
     """Every agent's trainable weights, keyed ``<agent>:<parameter name>``."""
     named = {id(p): n for n, p in dual["reasoner"].policy.model.named_parameters()}
     named |= {id(p): n for n, p in dual["verifier"].policy.model.named_parameters()}

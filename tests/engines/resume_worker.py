@@ -28,8 +28,8 @@ from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.steps import grpo_step
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, seed_everything
+from advrag.models.loading import load_policy
 from advrag.retrieval.base import Passage
-from models.loading import load_policy
 
 CONFIG = TrainConfig(
     lr=1e-2,

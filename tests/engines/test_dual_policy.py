@@ -22,7 +22,7 @@ from dual_resume_worker import (
 
 from advrag.engines.local.dual import (
     AdapterGenerator,
-    DualTrainer,
+    AgentTrainers,
     agent_generators,
     export_policy,
     latest_common_step,
@@ -32,8 +32,8 @@ from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import LoraSettings
 from advrag.engines.local.tokenize import encode_trajectories
 from advrag.engines.local.trainer import TrainConfig
+from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
-from models.loading import load_policy
 
 WORKER = Path(__file__).with_name("dual_resume_worker.py")
 ROOT = Path(__file__).parents[2]
@@ -235,7 +235,7 @@ def test_separate_models_train_independently(tiny_policy_dir, world, tmp_path):
 def test_dual_trainer_reports_agents_out_of_step(tiny_policy_dir):
     policies, tokenizer = _perturbed_shared(tiny_policy_dir)
     config = TrainConfig(group_size=1)
-    dual = DualTrainer.build(policies, dict.fromkeys(policies, tokenizer), dict.fromkeys(policies, config))
+    dual = AgentTrainers.build(policies, dict.fromkeys(policies, tokenizer), dict.fromkeys(policies, config))
     dual["verifier"].step = 1
     with pytest.raises(RuntimeError, match="different steps"):
         _ = dual.step

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from advrag.engines.local.generation import HFGenerator, cut_at_stop, pick_dtype
-from models.loading import load_policy
+from advrag.models.loading import load_policy
 
 
 def test_cut_at_stop_keeps_the_earliest_stop_string():

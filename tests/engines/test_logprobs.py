@@ -8,7 +8,7 @@ import torch
 from advrag.agents.types import Trajectory
 from advrag.engines.local.logprobs import micro_batch_bounds, sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch, encode_trajectories
-from models.loading import load_policy
+from advrag.models.loading import load_policy
 
 TEXTS = [
     "Zorvath is a city in the north.",

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from advrag.engines.local.generation import HFGenerator
-from models.loading import load_policy, resolve_model_dir
+from advrag.models.loading import load_policy, resolve_model_dir
 
 
 def test_mlflow_uri_must_be_resolved_by_tracking_first():
-    with pytest.raises(ValueError, match="tasks.tracking.download_model"):
+    with pytest.raises(ValueError, match="advrag.tasks.tracking.download_model"):
         resolve_model_dir("models:/advrag-reasoner@champion")
 
 

@@ -9,7 +9,7 @@ from advrag.agents.types import Trajectory
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.sft import SFTConfig, batches_of, nll_loss, sft_step, supervised_finetune
 from advrag.engines.local.tokenize import encode_trajectories
-from models.loading import load_policy
+from advrag.models.loading import load_policy
 
 
 def _demos() -> list[Trajectory]:

@@ -9,12 +9,14 @@ from contextlib import nullcontext
 import torch
 from peft import LoraConfig, get_peft_model
 
+from advrag.config import TrainFlowConfig
 from advrag.engines.generators import make_generator
+from advrag.engines.local.dual import AgentTrainers
 from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
-from models.loading import load_policy
-from tasks.train import resume_latest
+from advrag.models.loading import load_policy
+from advrag.recipes.grpo import GrpoRecipe
 
 Q_PROJ = "model.layers.0.self_attn.q_proj"
 PROMPTS = ["Zorvath is a city", "The river"]
@@ -103,13 +105,16 @@ def test_resume_pushes_the_resumed_weights_to_the_generator(tiny_policy_dir, tmp
     trainer = LocalTrainer(TrainablePolicy(loaded.model), loaded.tokenizer,
                            TrainConfig(lr=1e-3, group_size=2, max_seq_len=64))
     generator = RecordingGenerator()
-    assert resume_latest.fn(trainer, tmp_path, generator) == 0 and generator.pushed == []
+    recipe = GrpoRecipe(TrainFlowConfig(checkpoint_dir=tmp_path, lora=None))
+    recipe.trainers = AgentTrainers({"reasoner": trainer})
+    recipe.generators = {"reasoner": generator}
+    assert recipe.resume() == 0 and generator.pushed == []
     saved = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
-    trainer.save(tmp_path, data_position=3)
+    recipe.save(3)
     with torch.no_grad():
         for weight in trainer.policy.model.parameters():
             weight.add_(1.0)
-    assert resume_latest.fn(trainer, tmp_path, generator) == 3
+    assert recipe.resume() == 3
     (pushed,) = generator.pushed
     assert pushed.keys() == saved.keys()
     assert all(torch.equal(pushed[n], saved[n]) for n in saved)

@@ -13,8 +13,8 @@ from advrag.datasets.records import QARecord
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.steps import grpo_step
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, UpdateInputs, lr_multiplier
+from advrag.models.loading import load_policy
 from advrag.retrieval.base import Passage
-from models.loading import load_policy
 
 CONFIG = {
     "lr": 1e-2,
@@ -82,7 +82,7 @@ def test_full_fine_tune_changes_every_weight_and_keeps_the_reference(tiny_policy
     batch = trainer.encode(_trajectories())
     before_logprobs, _ = trainer.policy.logprobs(batch, micro_batch_size=4)
     before = _params(trainer)
-    metrics = [trainer.update(_trajectories(), SCORES, GROUPS) for _ in range(2)]
+    metrics = [trainer.update(_trajectories(), SCORES, GROUPS).metrics for _ in range(2)]
     after = _params(trainer)
     assert all(not torch.equal(before[n], after[n]) for n in before)
     assert torch.equal(
@@ -117,7 +117,7 @@ def test_lora_trains_only_the_adapter_and_its_reference_is_the_base(tiny_policy_
 
 def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
     trainer = _trainer(tiny_policy_dir)
-    inputs, _ = trainer.prepare(_trajectories(), SCORES, GROUPS)
+    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS)
     masked = ~inputs.batch.loss_mask
     generator = torch.Generator().manual_seed(0)
 
@@ -132,6 +132,7 @@ def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
         scramble(inputs.ref_logprobs, masked),
         scramble(inputs.advantages, masked),
         None,
+        inputs.entropy,
     )
     assert all(torch.equal(clean[n], g) for n, g in _grads(trainer, noisy).items())
     first_policy_token = inputs.batch.loss_mask.nonzero()[0]
@@ -143,6 +144,7 @@ def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
         inputs.ref_logprobs,
         scramble(inputs.advantages, one_more),
         None,
+        inputs.entropy,
     )
     assert any(not torch.equal(clean[n], g) for n, g in _grads(trainer, changed).items())
 
@@ -155,7 +157,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_policy_dir, ag
     trajs = _trajectories()
     trajs[0].add(" and a much longer closing remark from the policy", "policy")
     trajs[3].segments = trajs[3].segments[:1]
-    inputs, _ = trainer.prepare(trajs, SCORES, GROUPS)
+    inputs = trainer.prepare(trajs, SCORES, GROUPS)
     trainer.config = trainer.config.model_copy(update={"micro_batch_size": 4})
     whole = _grads(trainer, inputs)
     trainer.config = trainer.config.model_copy(update={"micro_batch_size": 1})
@@ -172,7 +174,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_policy_dir):
     policy = TrainablePolicy(loaded.model, gradient_checkpointing=True)
     checkpointed = LocalTrainer(policy, loaded.tokenizer, TrainConfig(**CONFIG))
     assert checkpointed.policy.model.is_activation_checkpointing
-    inputs, _ = plain.prepare(_trajectories(), SCORES, GROUPS)
+    inputs = plain.prepare(_trajectories(), SCORES, GROUPS)
     want = _grads(plain, inputs)
     for name, grad in _grads(checkpointed, inputs).items():
         torch.testing.assert_close(grad, want[name], atol=1e-7, rtol=1e-5)
@@ -186,10 +188,10 @@ def test_importance_weight_hook_scales_the_policy_gradient(tiny_policy_dir):
         seen["shapes"] = (tuple(batch.input_ids.shape), tuple(old_logprobs.shape))
         return torch.zeros_like(old_logprobs)
 
-    inputs, _ = trainer.prepare(_trajectories(), SCORES, GROUPS, zero_weights)
+    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS, zero_weights)
     assert seen["shapes"][0] == seen["shapes"][1] == tuple(inputs.batch.input_ids.shape)
     assert all(torch.count_nonzero(g) == 0 for g in _grads(trainer, inputs).values())
-    unweighted, _ = trainer.prepare(_trajectories(), SCORES, GROUPS)
+    unweighted = trainer.prepare(_trajectories(), SCORES, GROUPS)
     assert any(torch.count_nonzero(g) > 0 for g in _grads(trainer, unweighted).values())
 
 
@@ -261,6 +263,6 @@ def test_cpu_bf16_autocast_trains_and_stays_close_to_fp32(tiny_policy_dir):
     assert torch.equal(mixed, exact) != _native_cpu_bf16()  # autocast really ran (or not)
     policy.cpu_bf16 = _native_cpu_bf16()
     before = _params(trainer)
-    metrics = trainer.update(_trajectories(), SCORES, GROUPS)
+    metrics = trainer.update(_trajectories(), SCORES, GROUPS).metrics
     assert all(math.isfinite(v) for v in metrics.values())
     assert any(not torch.equal(before[n], p) for n, p in _params(trainer).items())

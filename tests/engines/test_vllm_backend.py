@@ -20,8 +20,8 @@ import torch
 from advrag.engines.generators import _compute_dtype, make_generator
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.vllm.weights import checkpoint_weights
-from models.loading import load_policy
-from models.tiny import build_tiny_policy
+from advrag.models.loading import load_policy
+from advrag.models.tiny import build_tiny_policy
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 needs_vllm = pytest.mark.skipif(
@@ -227,14 +227,16 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.steps import grpo_step
     from advrag.engines.vllm.generation import VLLMGenerator
+    from advrag.recipes.grpo import GrpoRecipe
     from advrag.retrieval.retriever import load_retriever
-    from tasks.train import build_trainer
 
     config = TrainFlowConfig(
         model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="vllm",
         warmup=None, evaluate=None,
         optim={"lr": 0.1, "group_size": 4, "micro_batch_size": 4, "max_seq_len": 512})
-    trainer, generator = build_trainer.fn(config, str(model_dir))
+    recipe = GrpoRecipe(config)
+    recipe.build(str(model_dir))
+    trainer, generator = recipe.trainers["reasoner"], recipe.generators["reasoner"]
     assert isinstance(generator, VLLMGenerator)
     base = hf_greedy(trainer.policy.model, trainer.tokenizer)
     grpo_step(trainer, generator, load_retriever(small_index_dir),

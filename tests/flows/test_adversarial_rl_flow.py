@@ -8,9 +8,9 @@ import torch
 from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import AdversarialRLConfig, BenchmarkConfig, WarmupSection
-from flows.adversarial_rl import adversarial_rl
-from models.loading import load_policy
-from tasks import tracking
+from advrag.flows.adversarial_rl import adversarial_rl
+from advrag.models.loading import load_policy
+from advrag.tasks import tracking
 
 AGENT_METRICS = {"reward_mean", "reward_std", "em", "f1", "format_errors", "bonus_fraction",
                  "loss", "kl", "grad_norm", "entropy", "lr", "time/rollout_s", "time/score_s",

@@ -6,10 +6,10 @@ import mlflow
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from advrag import dataplane
 from advrag.config import BenchmarkConfig
-from flows.benchmark import benchmark
-from tasks import tracking
+from advrag.flows.benchmark import benchmark
+from advrag.ops import dataplane
+from advrag.tasks import tracking
 
 
 @pytest.fixture(scope="module")

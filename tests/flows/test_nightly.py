@@ -21,11 +21,11 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 from prefect.testing.utilities import prefect_test_harness
 
-from advrag import dataplane
 from advrag.config import NightlyConfig, load_config
-from advrag.promotion import CHALLENGER, CHAMPION
-from flows.nightly import nightly
-from tasks import tracking
+from advrag.flows.nightly import nightly
+from advrag.ops import dataplane
+from advrag.registry.promotion import CHALLENGER, CHAMPION
+from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_ENTITIES = dict(n_countries=3, n_cities=8, n_people=16, n_organisations=6,

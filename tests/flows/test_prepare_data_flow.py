@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from advrag import dataplane
 from advrag.config import DataConfig, WorldSection
 from advrag.curation.gates import DataGateError
-from flows.prepare_data import prepare_data
+from advrag.flows.prepare_data import prepare_data
+from advrag.ops import dataplane
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(seed=3, n_train=6, n_dev=4, n_test=4)

@@ -1,6 +1,6 @@
 """Deployment as code, and the schedule against a REAL local Prefect server with a worker.
 
-`advrag.scheduling.schedule` starts `prefect server start` on 127.0.0.1, creates the
+`advrag.ops.scheduling.schedule` starts `prefect server start` on 127.0.0.1, creates the
 process pool, runs `prefect deploy -n nightly` on the repo's prefect.yaml and starts a
 worker. The test checks that the scheduler itself created the cron's runs (02:00
 Europe/Berlin, by hand from zoneinfo), that `prefect deployment run 'nightly/nightly'`
@@ -24,9 +24,9 @@ import mlflow
 import pytest
 import yaml
 
-from advrag import dataplane, scheduling
 from advrag.config import NightlyConfig, load_config
-from tasks import tracking
+from advrag.ops import dataplane, scheduling
+from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "infra/terraform/modules/gpu_workers"

@@ -16,8 +16,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from advrag import dataplane
-from tasks import tracking
+from advrag.ops import dataplane
+from advrag.tasks import tracking
 
 GIT = ["git", "-c", "user.name=advrag-test", "-c", "user.email=test@advrag.invalid"]
 
@@ -106,7 +106,7 @@ def test_model_logged_to_s3_loads_back_by_alias(s3, tiny_policy_dir, tmp_path, m
     """Experiment artifacts in S3: register a checkpoint, load `models:/…@champion` back."""
     import torch
 
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     bucket = s3.bucket("advrag-mlflow")
     monkeypatch.setenv("ADVRAG_ARTIFACT_ROOT", f"s3://{bucket}/mlflow")

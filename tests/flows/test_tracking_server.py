@@ -11,7 +11,7 @@ import httpx
 import mlflow
 import pytest
 
-from tasks import tracking
+from advrag.tasks import tracking
 
 
 def free_port() -> int:

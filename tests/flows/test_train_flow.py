@@ -9,9 +9,9 @@ from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import BenchmarkConfig, TrainFlowConfig
 from advrag.engines.local.checkpoint import list_checkpoints
-from flows.train import train
-from models.loading import load_policy
-from tasks import tracking
+from advrag.flows.train import train
+from advrag.models.loading import load_policy
+from advrag.tasks import tracking
 
 STEP_METRICS = {"reward_mean", "reward_std", "loss", "kl", "clip_fraction", "grad_norm",
                 "entropy", "tokens_per_s", "searches", "lr", "rollout_s", "score_s", "update_s"}

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from system_packages import apt_install
 
-from advrag import ui
+from advrag.ops import ui
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -235,7 +235,7 @@ def nightly_deployment(make_ui) -> dict:
     import httpx
     import yaml
 
-    from advrag import scheduling
+    from advrag.ops import scheduling
 
     spec = next(d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
                 if d["name"] == "nightly")
@@ -257,9 +257,9 @@ def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from advrag.config import DemoConfig, NightlyConfig, load_config
-    from flows.benchmark import benchmark
-    from flows.rl_loop import benchmark_tags
-    from tasks import tracking
+    from advrag.flows.benchmark import benchmark
+    from advrag.flows.rl import benchmark_tags
+    from advrag.tasks import tracking
 
     work = make_ui.project
     config = load_config(ROOT / "configs/demo.yaml", DemoConfig).benchmark.model_copy(update=dict(

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from advrag import ui
+from advrag.ops import ui
 
 
 @pytest.mark.slow

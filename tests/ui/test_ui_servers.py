@@ -1,4 +1,4 @@
-"""`advrag.ui` without browsers: adopting a server that already runs, a server that dies at
+"""`advrag.ops.ui` without browsers: adopting a server that already runs, a server that dies at
 start, and the EM/F1 runs view `advrag ui` links to."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import mlflow
 import pytest
 
-from advrag import ui
-from tasks import tracking
+from advrag.ops import ui
+from advrag.tasks import tracking
 
 
 class _Healthy(BaseHTTPRequestHandler):

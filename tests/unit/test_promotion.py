@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advrag.promotion import CHALLENGER, CHAMPION, decide
+from advrag.registry.promotion import CHALLENGER, CHAMPION, decide
 
 IDS = [f"q{i}" for i in range(40)]
 

@@ -9,9 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 from advrag.config import PromotionSection
-from advrag.promotion import CHALLENGER, CHAMPION
-from tasks import promotion as promo
-from tasks import tracking
+from advrag.registry.promotion import CHALLENGER, CHAMPION
+from advrag.tasks import promotion as promo
+from advrag.tasks import tracking
 
 IDS = [f"q{i}" for i in range(40)]
 SETTINGS = PromotionSection(n_boot=500)
@@ -198,7 +198,7 @@ def test_rollback_command_reports_a_missing_champion(name, tmp_path):
 
 @pytest.mark.slow
 def test_champion_alias_loads_the_promoted_weights(name, tmp_path, tiny_policy_dir):
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     base = load_policy(str(tiny_policy_dir))
     with torch.no_grad():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from tasks import tracking
+from advrag.tasks import tracking
 
 
 @pytest.fixture()
@@ -56,7 +56,7 @@ def test_registered_checkpoint_loads_back_by_alias(store, tiny_policy_dir, tmp_p
     """A checkpoint registered in MLflow comes back through models:/name@alias."""
     import torch
 
-    from models.loading import load_policy
+    from advrag.models.loading import load_policy
 
     with tracking.tracked_run("exp", "register") as run_id:
         version = tracking.register_model_dir(run_id, tiny_policy_dir, "tiny-reasoner",
@@ -79,7 +79,7 @@ def test_a_killed_process_leaves_no_run_running(store, tmp_path):
 
     script = textwrap.dedent(f"""
         import os, signal
-        from tasks import tracking
+        from advrag.tasks import tracking
         tracking.configure({store!r})
         with tracking.tracked_run("exp", "doomed") as run_id:
             print(run_id, flush=True)

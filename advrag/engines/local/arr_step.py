@@ -7,14 +7,16 @@
 2. score: each agent's outcome reward (eq. 5, minus the format penalty;
    ``agents.arr_scoring``), and each trajectory cut into its actions.
 3. reasoner update: GRPO on its trajectories (the verifier's messages, the
-   documents and the prompt are masked). A hook reads the sampling policy's
-   token entropies from the old-log-prob pass and records, per turn, the
-   mean entropy of each monitored action (think): impact (eq. 8) and the
-   entropy patterns come from there.
-4. verifier update: GRPO on its trajectories; a hook computes clarity (eq. 7)
-   for each critique action (verify, response) from that action's mean
-   entropy, its step's documents and its text, then ``A_proc`` (eq. 6) with
-   the reasoner's F1 and impact, added on that action's tokens only (eq. 9).
+   documents and the prompt are masked). The update returns the sampling
+   policy's token entropies (its old-log-prob pass); per turn, the mean
+   entropy of each monitored action (think) gives impact (eq. 8) and the
+   entropy patterns.
+4. verifier update: ``prepare`` gives the outcome advantages and the
+   sampling entropies; the registered term ``arr_process``
+   (``core.arr_process``) computes clarity (eq. 7) for each critique action
+   (verify, response) from that action's mean entropy, its step's documents
+   and its text, then ``A_proc`` (eq. 6) with the reasoner's F1 and impact,
+   added on that action's tokens only (eq. 9); then ``learn``.
 
 The reasoner updates first so its entropies (measured before its update, under
 the policy that sampled) are ready when the verifier's advantages need them.
@@ -33,17 +35,21 @@ How this departs from the paper (silent on these points):
 Time split (seconds, per step): ``<agent>/time/rollout_s`` is time inside that
 agent's ``generate`` calls (the reasoner's includes the Final Predictor),
 ``time/retrieval_s`` the searches; ``<agent>/time/score_s`` the agent's
-reward/advantage bookkeeping (the reasoner's includes the outcome scoring of
-both agents, done together); ``<agent>/time/update_s`` its update (log-prob
-passes, loss, optimizer) without the hook.
+reward bookkeeping (the reasoner's includes the outcome scoring of both
+agents, done together, and the impacts); ``<agent>/time/update_s`` its update
+(log-prob passes, loss, optimizer; the verifier's includes its process term).
+
+Settings are the flow's ``AdversarialRLConfig`` itself (one place for defaults).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,41 +58,22 @@ from advrag.agents.arr import Dialogue, run_arr_dialogue
 from advrag.agents.arr_scoring import (
     DialogueScore,
     SplitTrajectory,
-    action_clarities,
     per_turn_means,
     score_dialogue,
     split_actions,
     verifier_turn_docs,
 )
 from advrag.agents.types import TextGenerator
+from advrag.config import ARR_PATTERNS, AdversarialRLConfig
 from advrag.core.actions import action_means, action_token_ids
-from advrag.core.arr_rewards import bin_value, impact, process_advantage, verifier_token_advantages
-from advrag.core.entropy import PATTERN_SCORES, entropy_pattern
+from advrag.core.advantages import ADVANTAGE_TERMS
+from advrag.core.arr_process import ProcessAdvantage
+from advrag.core.arr_rewards import bin_value, gold_in_text, impact
+from advrag.core.entropy import entropy_pattern
 from advrag.datasets.records import QARecord
-from advrag.engines.local.dual import DualTrainer
 from advrag.engines.local.tokenize import Batch
+from advrag.engines.local.trainer import LocalTrainer
 from advrag.retrieval.base import Retriever
-
-PATTERNS = ("D", "ID", "F", "DI", "I")
-
-
-@dataclass(frozen=True)
-class ArrSettings:
-    """What one ARR step needs beyond the trainers (the flow fills it from its config)."""
-
-    lam: float = 0.5
-    n_bins: int = 10
-    delta: float = 0.1
-    pattern_scores: Mapping[str, float] = field(default_factory=lambda: dict(PATTERN_SCORES))
-    adversarial_reward: bool = True
-    process_advantage: bool = True
-    format_penalty: float = 0.2
-    critique_actions: tuple[str, ...] = ("verify", "response")
-    monitored_actions: tuple[str, ...] = ("think",)
-    group_size: int = 4
-    max_turns: int = 2
-    topk: int = 3
-    max_new_tokens: int = 64
 
 
 @dataclass(frozen=True)
@@ -152,77 +139,69 @@ def _action_entropies(batch: Batch, entropy: Tensor,
     return [means[row, : len(s.actions)].tolist() for row, s in enumerate(splits)], ids
 
 
-class ReasonerEntropyHook:
-    """Reasoner update hook: records each monitored action's per-turn entropy; advantages unchanged."""
-
-    def __init__(self, splits: Sequence[SplitTrajectory], names: Sequence[str]):
-        self.splits, self.names = list(splits), list(names)
-        self.per_turn: list[dict[str, dict[int, float]]] = []
-        self.seconds = 0.0
-
-    def __call__(self, batch: Batch, advantages: Tensor, entropy: Tensor) -> Tensor:
-        started = time.perf_counter()
-        means, _ = _action_entropies(batch, entropy, self.splits)
-        self.per_turn = [{name: per_turn_means(s.actions, m, name) for name in self.names}
-                         for s, m in zip(self.splits, means)]
-        self.seconds += time.perf_counter() - started
-        return advantages
-
-    def impacts(self, delta: float, scores: Mapping[str, float]) -> tuple[list[float], Counter]:
-        """Eq. 8 per dialogue (mean over monitored types) and the count of each pattern."""
-        sequences = [[list(turns[name].values()) for name in self.names] for turns in self.per_turn]
-        patterns = Counter(entropy_pattern(seq, delta) for seqs in sequences for seq in seqs)
-        return [impact(seqs, delta, scores) for seqs in sequences], patterns
+def reasoner_entropies(batch: Batch, entropy: Tensor, splits: Sequence[SplitTrajectory],
+                       names: Sequence[str]) -> list[dict[str, dict[int, float]]]:
+    """Per dialogue, per monitored action name: turn → mean sampling entropy of that action."""
+    means, _ = _action_entropies(batch, entropy, splits)
+    return [{name: per_turn_means(s.actions, m, name) for name in names}
+            for s, m in zip(splits, means)]
 
 
-class VerifierProcessHook:
-    """Verifier update hook: clarity (eq. 7) per critique action, ``A_proc`` (eq. 6) on its tokens."""
+def impacts(per_turn: Sequence[Mapping[str, Mapping[int, float]]], names: Sequence[str],
+            delta: float, scores: Mapping[str, float]) -> tuple[list[float], Counter]:
+    """Eq. 8 per dialogue (mean over monitored types) and the count of each pattern."""
+    sequences = [[list(turns[name].values()) for name in names] for turns in per_turn]
+    patterns = Counter(entropy_pattern(seq, delta) for seqs in sequences for seq in seqs)
+    return [impact(seqs, delta, scores) for seqs in sequences], patterns
 
-    def __init__(self, splits: Sequence[SplitTrajectory], dialogues: Sequence[Dialogue],
-                 golds: Sequence[Sequence[str]], f1_reasoner: Sequence[float],
-                 impacts: Sequence[float], *, enabled: bool):
-        self.splits, self.dialogues, self.golds = list(splits), list(dialogues), list(golds)
-        self.f1_reasoner, self.impacts, self.enabled = list(f1_reasoner), list(impacts), enabled
-        self.entropies: list[list[float]] = []
-        self.clarities: list[list[float]] = []
-        self.process: list[list[float]] = []
-        self.seconds = 0.0
 
-    def __call__(self, batch: Batch, advantages: Tensor, entropy: Tensor) -> Tensor:
-        started = time.perf_counter()
-        self.entropies, ids = _action_entropies(batch, entropy, self.splits)
-        self.clarities = [
-            action_clarities(s.actions, h, verifier_turn_docs(d), g)
-            for s, h, d, g in zip(self.splits, self.entropies, self.dialogues, self.golds)
-        ]
-        self.process = [[process_advantage(f1, c, imp) for c in row] for row, f1, imp in
-                        zip(self.clarities, self.f1_reasoner, self.impacts)]
-        if self.enabled:
-            advantages = advantages + self._process_tokens(batch, ids, advantages)
-        self.seconds += time.perf_counter() - started
-        return advantages
+def gold_flags(splits: Sequence[SplitTrajectory], dialogues: Sequence[Dialogue],
+               golds: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
+    """Per critique action: gold in its step's documents, gold in its content; bool ``(batch, A)``."""
+    n = max([len(s.actions) for s in splits] + [1])
+    in_docs = torch.zeros(len(splits), n, dtype=torch.bool)
+    in_action = torch.zeros(len(splits), n, dtype=torch.bool)
+    for row, (split, dialogue, gold) in enumerate(zip(splits, dialogues, golds)):
+        docs = verifier_turn_docs(dialogue)
+        for col, action in enumerate(split.actions):
+            in_docs[row, col] = gold_in_text(gold, list(docs[action.turn]))
+            in_action[row, col] = gold_in_text(gold, action.text)
+    return in_docs, in_action
 
-    def _process_tokens(self, batch: Batch, ids: Tensor, advantages: Tensor) -> Tensor:
-        """Each critique token's own action's ``A_proc`` (eq. 9's second term), 0 elsewhere."""
-        table = torch.zeros(len(self.process), max([len(r) for r in self.process] + [1]),
-                            dtype=advantages.dtype, device=advantages.device)
-        for row, values in enumerate(self.process):
-            table[row, : len(values)] = torch.tensor(values, dtype=advantages.dtype)
-        zeros = torch.zeros(len(self.process), dtype=advantages.dtype, device=advantages.device)
-        return verifier_token_advantages(zeros, table, ids >= 0, batch.loss_mask, ids)
+
+def verifier_update(trainer: LocalTrainer, splits: Sequence[SplitTrajectory],
+                    dialogues: Sequence[Dialogue], records: Sequence[QARecord],
+                    scores: Sequence[DialogueScore], impact_values: Sequence[float],
+                    config: AdversarialRLConfig) -> tuple[dict[str, float], ProcessAdvantage]:
+    """Prepare the verifier's update, add ``A_proc`` on its critique tokens (if on), learn.
+
+    Returns the update's metrics and the process term (computed even when off, for its metrics).
+    """
+    inputs = trainer.prepare([s.trajectory for s in splits], [s.reward_verifier for s in scores],
+                             [r.id for r in records])
+    ids = action_token_ids(inputs.batch.segment_ids, [s.segment_action for s in splits])
+    in_docs, in_action = gold_flags(splits, dialogues, [r.golden_answers for r in records])
+    device = inputs.advantages.device
+    term = ADVANTAGE_TERMS["arr_process"](
+        inputs.advantages, inputs.entropy, ids, inputs.batch.loss_mask, in_docs.to(device),
+        in_action.to(device), torch.tensor([s.f1_reasoner for s in scores], device=device),
+        torch.tensor(list(impact_values), device=device))
+    if config.process_advantage:
+        inputs.advantages = term.advantages
+    return trainer.learn(inputs).metrics, term
 
 
 def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator],
-            retriever: Retriever, settings: ArrSettings
+            retriever: Retriever, config: AdversarialRLConfig
             ) -> tuple[list[Dialogue], list[QARecord], dict[str, float]]:
     """``group_size`` dialogues per record in one batched run; returns them, their records, times."""
-    repeated = [record for record in records for _ in range(settings.group_size)]
+    repeated = [record for record in records for _ in range(config.group_size)]
     reasoner, verifier = _TimedGenerator(generators["reasoner"]), _TimedGenerator(
         generators["verifier"])
     timed_retriever = _TimedRetriever(retriever)
     dialogues = run_arr_dialogue(
         [r.question for r in repeated], reasoner, verifier, timed_retriever,
-        max_turns=settings.max_turns, topk=settings.topk, max_new_tokens=settings.max_new_tokens,
+        max_turns=config.max_turns, topk=config.topk, max_new_tokens=config.max_new_tokens,
     )
     times = {"reasoner/time/rollout_s": reasoner.seconds,
              "verifier/time/rollout_s": verifier.seconds,
@@ -231,64 +210,69 @@ def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator]
 
 
 def score(dialogues: Sequence[Dialogue], records: Sequence[QARecord],
-          settings: ArrSettings) -> list[DialogueScore]:
+          config: AdversarialRLConfig) -> list[DialogueScore]:
     """Both agents' outcome rewards and the EM/F1 of every answer, per dialogue."""
     return [
-        score_dialogue(d, r.golden_answers, lam=settings.lam, n_bins=settings.n_bins,
-                       adversarial=settings.adversarial_reward,
-                       format_penalty=settings.format_penalty)
+        score_dialogue(d, r.golden_answers, lam=config.lam, n_bins=config.n_bins,
+                       adversarial=config.adversarial_reward,
+                       format_penalty=config.format_penalty)
         for d, r in zip(dialogues, records, strict=True)
     ]
 
 
-def _timed(fn: Callable[[], dict[str, float]]) -> tuple[dict[str, float], float]:
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - started
 
 
-def arr_step(dual: DualTrainer, generators: Mapping[str, TextGenerator], retriever: Retriever,
-             records: Sequence[QARecord], settings: ArrSettings) -> ArrStepResult:
+def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
+             retriever: Retriever, records: Sequence[QARecord],
+             config: AdversarialRLConfig) -> ArrStepResult:
     """Rollout → score → reasoner update → verifier update; metrics of both agents and traces."""
     started = time.perf_counter()
-    for name in ("reasoner", "verifier"):
-        dual[name].policy.model.eval()
-    dialogues, repeated, times = rollout(records, generators, retriever, settings)
+    for trainer in trainers.values():
+        trainer.policy.model.eval()
+    dialogues, repeated, times = rollout(records, generators, retriever, config)
 
     (scores, r_splits), r_score_s = _timed(lambda: (
-        score(dialogues, repeated, settings),
-        [split_actions(d.reasoner, settings.monitored_actions) for d in dialogues]))
-    group_ids = [r.id for r in repeated]
-    r_hook = ReasonerEntropyHook(r_splits, settings.monitored_actions)
-    r_metrics, r_update_s = _timed(lambda: dual["reasoner"].update(
-        [s.trajectory for s in r_splits], [s.reward_reasoner for s in scores], group_ids,
-        advantage_hook=r_hook))
-    impacts, patterns = r_hook.impacts(settings.delta, settings.pattern_scores)
+        score(dialogues, repeated, config),
+        [split_actions(d.reasoner, config.monitored_actions) for d in dialogues]))
+    r_update, r_update_s = _timed(lambda: trainers["reasoner"].update(
+        [s.trajectory for s in r_splits], [s.reward_reasoner for s in scores],
+        [r.id for r in repeated]))
+    (per_turn, (impact_values, patterns)), r_impact_s = _timed(lambda: _with_impacts(
+        reasoner_entropies(r_update.batch, r_update.entropy, r_splits, config.monitored_actions),
+        config))
 
     v_splits, v_split_s = _timed(
-        lambda: [split_actions(d.verifier, settings.critique_actions) for d in dialogues])
-    v_hook = VerifierProcessHook(v_splits, dialogues, [r.golden_answers for r in repeated],
-                                 [s.f1_reasoner for s in scores], impacts,
-                                 enabled=settings.process_advantage)
-    v_metrics, v_update_s = _timed(lambda: dual["verifier"].update(
-        [s.trajectory for s in v_splits], [s.reward_verifier for s in scores], group_ids,
-        advantage_hook=v_hook))
+        lambda: [split_actions(d.verifier, config.critique_actions) for d in dialogues])
+    (v_metrics, term), v_update_s = _timed(lambda: verifier_update(
+        trainers["verifier"], v_splits, dialogues, repeated, scores, impact_values, config))
 
     times |= {
-        "reasoner/time/score_s": r_score_s + r_hook.seconds,
-        "reasoner/time/update_s": r_update_s - r_hook.seconds,
-        "verifier/time/score_s": v_split_s + v_hook.seconds,
-        "verifier/time/update_s": v_update_s - v_hook.seconds,
+        "reasoner/time/score_s": r_score_s + r_impact_s,
+        "reasoner/time/update_s": r_update_s,
+        "verifier/time/score_s": v_split_s,
+        "verifier/time/update_s": v_update_s,
     }
+    v_means = [row[: len(split.actions)] for row, split in zip(term.mean_entropy.tolist(), v_splits)]
     metrics = (
-        _outcome_metrics(dialogues, scores, settings)
-        | _process_metrics(r_hook, v_hook, impacts, patterns)
-        | {f"reasoner/{k}": v for k, v in r_metrics.items()}
+        _outcome_metrics(dialogues, scores, config)
+        | _process_metrics(per_turn, config.monitored_actions, impact_values, patterns, term,
+                           v_means, v_splits)
+        | {f"reasoner/{k}": v for k, v in r_update.metrics.items()}
         | {f"verifier/{k}": v for k, v in v_metrics.items()}
         | times
         | {"time/step_s": time.perf_counter() - started}
     )
-    return ArrStepResult(metrics, _traces(scores, r_hook, v_hook, v_splits))
+    return ArrStepResult(metrics, _traces(scores, per_turn, v_splits, v_means))
+
+
+def _with_impacts(per_turn, config: AdversarialRLConfig):
+    """``per_turn`` and its impacts and pattern counts."""
+    return per_turn, impacts(per_turn, config.monitored_actions, config.delta,
+                             config.pattern_scores)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -300,14 +284,14 @@ def _std(values: Sequence[float]) -> float:
 
 
 def _outcome_metrics(dialogues: Sequence[Dialogue], scores: Sequence[DialogueScore],
-                     settings: ArrSettings) -> dict[str, float]:
+                     config: AdversarialRLConfig) -> dict[str, float]:
     """Rewards, EM/F1, behaviour and the share of dialogues each agent won a bonus in."""
     n = len(dialogues)
     r_rewards = [s.reward_reasoner for s in scores]
     v_rewards = [s.reward_verifier for s in scores]
 
     def won(a: float, b: float) -> bool:
-        return settings.adversarial_reward and bin_value(a - b, settings.n_bins) > 0
+        return config.adversarial_reward and bin_value(a - b, config.n_bins) > 0
 
     return {
         "reasoner/reward_mean": _mean(r_rewards), "reasoner/reward_std": _std(r_rewards),
@@ -329,33 +313,38 @@ def _outcome_metrics(dialogues: Sequence[Dialogue], scores: Sequence[DialogueSco
     }
 
 
-def _process_metrics(r_hook: ReasonerEntropyHook, v_hook: VerifierProcessHook,
-                     impacts: Sequence[float], patterns: Counter) -> dict[str, float]:
+def _process_metrics(per_turn: Sequence[Mapping[str, Mapping[int, float]]], names: Sequence[str],
+                     impact_values: Sequence[float], patterns: Counter, term: ProcessAdvantage,
+                     v_means: Sequence[Sequence[float]], v_splits: Sequence[SplitTrajectory]
+                     ) -> dict[str, float]:
     """Advantage components: impact and pattern counts (reasoner), clarity and A_proc (verifier)."""
-    think = [h for turns in r_hook.per_turn for name in r_hook.names for h in turns[name].values()]
-    clarities = [c for row in v_hook.clarities for c in row]
-    process = [p for row in v_hook.process for p in row]
+    think = [h for turns in per_turn for name in names for h in turns[name].values()]
+    n_actions = [len(s.actions) for s in v_splits]
+    clarities = [c for row, n in zip(term.clarity.tolist(), n_actions) for c in row[:n]
+                 if not math.isnan(c)]
+    process = [p for row, n in zip(term.process.tolist(), n_actions) for p in row[:n]]
     return {
-        "reasoner/impact_mean": _mean(impacts),
+        "reasoner/impact_mean": _mean(impact_values),
         "reasoner/monitored_entropy": _mean(think),
-        **{f"reasoner/pattern_{p}": float(patterns.get(p, 0)) for p in PATTERNS},
-        "verifier/critique_actions": _mean([len(row) for row in v_hook.clarities]),
-        "verifier/critique_entropy": _mean([h for row in v_hook.entropies for h in row]),
+        **{f"reasoner/pattern_{p}": float(patterns.get(p, 0)) for p in ARR_PATTERNS},
+        "verifier/critique_actions": _mean(n_actions),
+        "verifier/critique_entropy": _mean([h for row in v_means for h in row if not math.isnan(h)]),
         "verifier/clarity_mean": _mean(clarities),
         "verifier/clarity_nonzero_fraction": _mean([c != 0 for c in clarities]),
         "verifier/process_adv_mean": _mean(process),
+        "verifier/truncated_actions": float(sum(math.isnan(h) for row in v_means for h in row)),
     }
 
 
-def _traces(scores: Sequence[DialogueScore], r_hook: ReasonerEntropyHook,
-            v_hook: VerifierProcessHook, v_splits: Sequence[SplitTrajectory]
+def _traces(scores: Sequence[DialogueScore], per_turn: Sequence[Mapping[str, Mapping[int, float]]],
+            v_splits: Sequence[SplitTrajectory], v_means: Sequence[Sequence[float]]
             ) -> list[EntropyTrace]:
     """Per-dialogue think/response entropy by turn, labelled by the final answer's EM."""
     return [
         EntropyTrace(
             correct=s.em_final > 0,
-            think=turns.get("think", {}),
+            think=dict(turns.get("think", {})),
             response=per_turn_means(split.actions, entropies, "response"),
         )
-        for s, turns, split, entropies in zip(scores, r_hook.per_turn, v_splits, v_hook.entropies)
+        for s, turns, split, entropies in zip(scores, per_turn, v_splits, v_means)
     ]

@@ -18,7 +18,6 @@ a ``step-*`` name. Everything loads with ``torch.load(weights_only=True)``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
@@ -27,17 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel
 
+from advrag.common.fileio import atomic_dir
 from advrag.engines.local.policy import TrainablePolicy
-from advrag.fileio import atomic_dir
 
 PREFIX = "step-"
-
-
-def config_hash(config: BaseModel) -> str:
-    """Short SHA-256 of a config's JSON form: tells whether a resume changed the settings."""
-    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:16]
 
 
 def rng_state() -> dict[str, Any]:

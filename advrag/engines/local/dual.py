@@ -10,10 +10,10 @@ Two layouts:
 - separate: one ``TrainablePolicy`` per agent on its own model (LoRA or full).
 
 Either way each agent gets its own ``LocalTrainer`` — its own AdamW state, lr
-schedule and metrics — and ``DualTrainer`` checkpoints each under
+schedule and metrics — and ``AgentTrainers`` checkpoints each under
 ``<root>/<agent>/step-<n>`` (``checkpoint.py`` layout, adapter-only weights
 for a shared base). A kill between the two agents' saves leaves one agent a
-step ahead; ``DualTrainer.resume`` loads the newest step that *both* have, so
+step ahead; ``AgentTrainers.resume`` loads the newest step that *both* have, so
 it needs ``keep_last >= 2``.
 
 Sampling must use the agent's own adapter: ``agent_generators`` wraps the
@@ -32,6 +32,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from advrag.agents.types import TextGenerator
+from advrag.common.fileio import atomic_dir
 from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import (
@@ -43,7 +44,6 @@ from advrag.engines.local.policy import (
 )
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
-from advrag.fileio import atomic_dir
 
 AGENTS = ("reasoner", "verifier")
 
@@ -163,27 +163,43 @@ def agent_generators(policies: Mapping[str, TrainablePolicy], tokenizers: Mappin
 
 
 def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
-    """The newest checkpoint step that every agent has under ``root/<agent>``, or None."""
-    steps = [{checkpoint_step(p) for p in list_checkpoints(Path(root) / name)} for name in names]
+    """The newest checkpoint step that every agent has (see ``AgentTrainers.directory``), or None."""
+    steps = [{checkpoint_step(p) for p in list_checkpoints(agent_dir(root, name, names))}
+             for name in names]
     common = set.intersection(*steps) if steps else set()
     return max(common) if common else None
 
 
-class DualTrainer:
-    """One ``LocalTrainer`` per agent, checkpointed and resumed together."""
+def agent_dir(root: str | Path, name: str, names: Sequence[str]) -> Path:
+    """Where agent ``name`` keeps its checkpoints: ``root`` for a lone agent, else ``root/name``."""
+    return Path(root) if len(names) == 1 else Path(root) / name
+
+
+class AgentTrainers(Mapping[str, LocalTrainer]):
+    """One ``LocalTrainer`` per agent (a read-only mapping), checkpointed, resumed and exported together.
+
+    A recipe with one agent (GRPO) keeps its checkpoints in ``root`` itself; with
+    several (ARR), each agent under ``root/<agent>``.
+    """
 
     def __init__(self, trainers: Mapping[str, LocalTrainer]):
         self.trainers = dict(trainers)
 
     @classmethod
     def build(cls, policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any],
-              configs: Mapping[str, TrainConfig]) -> DualTrainer:
+              configs: Mapping[str, TrainConfig]) -> AgentTrainers:
         """A trainer (optimizer, schedule) per agent; each construction seeds the RNGs."""
         return cls({name: LocalTrainer(policies[name], tokenizers[name], configs[name])
                     for name in policies})
 
     def __getitem__(self, name: str) -> LocalTrainer:
         return self.trainers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.trainers)
+
+    def __len__(self) -> int:
+        return len(self.trainers)
 
     @property
     def step(self) -> int:
@@ -193,22 +209,26 @@ class DualTrainer:
             raise RuntimeError(f"the agents are at different steps {steps}")
         return steps.pop()
 
+    def directory(self, root: str | Path, name: str) -> Path:
+        """Checkpoint directory of agent ``name`` under ``root``."""
+        return agent_dir(root, name, list(self.trainers))
+
     def save(self, root: str | Path, *, data_position: int,
              extra: dict[str, Any] | None = None, keep_last: int = 3) -> dict[str, Path]:
-        """Checkpoint every agent under ``root/<agent>``; returns each checkpoint directory."""
-        if keep_last < 2:
+        """Checkpoint every agent; returns each checkpoint directory."""
+        if keep_last < 2 and len(self.trainers) > 1:
             raise ValueError("keep_last must be >= 2: a kill between the agents' saves "
                              "must leave a step that both agents still have")
-        return {name: trainer.save(Path(root) / name, data_position=data_position, extra=extra,
-                                   keep_last=keep_last)
+        return {name: trainer.save(self.directory(root, name), data_position=data_position,
+                                   extra=extra, keep_last=keep_last)
                 for name, trainer in self.trainers.items()}
 
     def resume(self, root: str | Path) -> dict[str, Any] | None:
-        """Load the newest step both agents saved; returns its ``state.json`` (None: nothing)."""
+        """Load the newest step every agent saved; returns its ``state.json`` (None: nothing)."""
         step = latest_common_step(root, list(self.trainers))
         if step is None:
             return None
-        states = [trainer.resume(Path(root) / name / f"{PREFIX}{step:08d}")
+        states = [trainer.resume(self.directory(root, name) / f"{PREFIX}{step:08d}")
                   for name, trainer in self.trainers.items()]
         return states[-1]
 
@@ -218,10 +238,12 @@ class DualTrainer:
                 for name, t in self.trainers.items()}
 
 
-def export_policy(policy: TrainablePolicy, tokenizer, out_dir: Path) -> Path:
+def export_policy(policy: TrainablePolicy, tokenizer, out_dir: Path,
+                  files: Mapping[str, str] | None = None) -> Path:
     """A plain transformers checkpoint of one agent: its LoRA merged into a copy of the base.
 
-    The training model is left as it is (the merge runs on a deep copy).
+    The training model is left as it is (the merge runs on a deep copy). ``files``
+    (name → text) are written beside the weights; the directory appears atomically.
     """
     model = copy.deepcopy(policy.model)
     if isinstance(policy, AdapterPolicy):
@@ -231,4 +253,6 @@ def export_policy(policy: TrainablePolicy, tokenizer, out_dir: Path) -> Path:
     with atomic_dir(Path(out_dir)) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text)
     return Path(out_dir)

@@ -22,31 +22,13 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
+from advrag.config.engine import LoraSettings
 from advrag.engines.local.logprobs import sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch
 
 ADAPTER_FILE = "adapter_model.safetensors"
-
-
-class LoraSettings(BaseModel):
-    """LoRA adapter shape (peft ``LoraConfig``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    r: int = Field(16, ge=1, description="Rank of the low-rank update.")
-    alpha: int = Field(32, ge=1, description="Scaling numerator: the update is scaled by alpha/r.")
-    dropout: float = Field(
-        0.0,
-        ge=0.0,
-        lt=1.0,
-        description="Dropout on the adapter input; 0 keeps train- and eval-mode log-probs equal.",
-    )
-    target_modules: str | list[str] = Field(
-        "all-linear", description="Module names to adapt; 'all-linear' = every linear but the head."
-    )
 
 
 def lora_config(lora: LoraSettings):

@@ -14,27 +14,13 @@ import random
 from collections.abc import Callable, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from advrag.agents.types import Trajectory
+from advrag.config.engine import SFTConfig
 from advrag.engines.local.logprobs import micro_batch_bounds
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.tokenize import Batch, encode_trajectories
-
-
-class SFTConfig(BaseModel):
-    """Settings of the supervised warm-up."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate (constant).")
-    epochs: int = Field(1, ge=1, description="Passes over the demonstrations.")
-    batch_size: int = Field(8, ge=1, description="Demonstrations per optimizer step.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
-    max_seq_len: int = Field(1024, ge=2, description="Tokens kept per demonstration.")
-    grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
-    seed: int = Field(0, description="Order of the demonstrations.")
 
 
 def nll_loss(logprobs: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

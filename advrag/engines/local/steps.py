@@ -99,7 +99,7 @@ def grpo_step(
     rolled = timer()
     scores = score(trajectories, repeated, reward_fn)
     scored = timer()
-    metrics = trainer.update(trajectories, scores, [record.id for record in repeated])
+    metrics = trainer.update(trajectories, scores, [record.id for record in repeated]).metrics
     push_weights = getattr(generator, "push_weights", None)
     if push_weights is not None:
         push_weights(trainer.policy.model)

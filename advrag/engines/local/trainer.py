@@ -33,22 +33,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from advrag.agents.types import Trajectory
-from advrag.core.advantages import (
-    GroupIds,
-    grpo_advantages,
-    reinforce_pp_baseline_advantages,
-    token_advantages,
-)
-from advrag.core.losses import aggregate_loss, kl_penalty, policy_loss
-from advrag.engines.local.checkpoint import config_hash, load_checkpoint, save_checkpoint
+from advrag.config.base import config_hash
+from advrag.config.engine import TrainConfig
+from advrag.core.advantages import ADVANTAGE_ESTIMATORS, GroupIds
+from advrag.core.losses import POLICY_LOSSES, aggregate_loss, kl_penalty
+from advrag.engines.local.checkpoint import load_checkpoint, save_checkpoint
 from advrag.engines.local.logprobs import micro_batch_bounds
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.tokenize import Batch, encode_trajectories
@@ -56,53 +52,6 @@ from advrag.engines.local.tokenize import Batch, encode_trajectories
 ImportanceWeightFn = Callable[[Batch, Tensor], Tensor]
 """``(batch, old_logprobs (batch, seq)) → per-token weights (batch, seq)`` (REX-RAG's hook)."""
 
-AdvantageHook = Callable[[Batch, Tensor, Tensor], Tensor]
-"""``(batch, advantages (batch, seq), entropy (batch, seq)) → advantages (batch, seq)``.
-
-Sees the outcome advantages and the sampling policy's per-token entropy (from
-the old-log-prob pass) and returns the token advantages the loss uses, e.g.
-ARR's process advantage added on critique tokens.
-"""
-
-
-class TrainConfig(BaseModel):
-    """Optimisation settings of the local engine; defaults follow Search-R1's GRPO recipe."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(1e-6, gt=0, description="Peak AdamW learning rate.")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
-    warmup_steps: int = Field(0, ge=0, description="Updates of linear warm-up to the peak lr.")
-    total_steps: int = Field(1000, ge=1, description="Updates the decay schedule spans.")
-    decay: Literal["cosine", "linear", "constant"] = Field(
-        "constant", description="Learning-rate shape after warm-up."
-    )
-    grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
-    max_seq_len: int = Field(2048, ge=2, description="Tokens kept per trajectory (tail cut).")
-    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per batch of rollouts.")
-    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below: 1 − clip_low.")
-    clip_high: float = Field(
-        0.2, ge=0, description="PPO ratio clip above: 1 + clip_high (DAPO: 0.28)."
-    )
-    dual_clip: float | None = Field(
-        3.0, gt=1, description="Dual-clip cap for A < 0; None disables."
-    )
-    kl_coef: float = Field(
-        0.001, ge=0, description="Weight of the KL(π‖π_ref) loss; 0 skips the reference."
-    )
-    kl_kind: Literal["k1", "k2", "k3"] = Field(
-        "k3", description="KL estimator (k3 = low-variance)."
-    )
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
-        "token-mean", description="How per-token losses are reduced."
-    )
-    advantage: Literal["grpo", "drgrpo", "reinforce_pp"] = Field(
-        "grpo",
-        description="GRPO z-score, Dr.GRPO mean-centring, or REINFORCE++ group baseline.",
-    )
-    group_size: int = Field(5, ge=1, description="Rollouts per question (one group).")
-    seed: int = Field(0, description="Seed of python, numpy and torch at trainer construction.")
 
 
 def lr_multiplier(step: int, *, warmup: int, total: int, decay: str) -> float:
@@ -124,31 +73,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _grpo(scores: Tensor, group_ids: GroupIds, loss_mask: Tensor) -> Tensor:
-    return token_advantages(grpo_advantages(scores, group_ids), loss_mask)
-
-
-def _drgrpo(scores: Tensor, group_ids: GroupIds, loss_mask: Tensor) -> Tensor:
-    return token_advantages(grpo_advantages(scores, group_ids, scale="none"), loss_mask)
-
-
-ADVANTAGES: dict[str, Callable[[Tensor, GroupIds, Tensor], Tensor]] = {
-    "grpo": _grpo,
-    "drgrpo": _drgrpo,
-    "reinforce_pp": reinforce_pp_baseline_advantages,
-}
-"""Advantage estimator by name: ``(scores (batch,), group_ids, loss_mask) → (batch, seq)``."""
-
-
 @dataclass
 class UpdateInputs:
-    """Everything the loss needs, per token ``(batch, seq)``, computed once per update."""
+    """Everything the loss needs, per token ``(batch, seq)``, computed once per update.
+
+    ``entropy`` is the sampling policy's (from the old-log-prob pass): a recipe
+    may read it to add its own advantage terms before ``learn``. ``prepare_s``:
+    the seconds ``prepare`` took (counted in the update's tokens/s).
+    """
 
     batch: Batch
     old_logprobs: Tensor
     ref_logprobs: Tensor | None
     advantages: Tensor
     importance_weights: Tensor | None
+    entropy: Tensor
+    prepare_s: float = 0.0
 
     def rows(self, start: int, stop: int) -> UpdateInputs:
         """Rows ``start:stop``, trimmed to the same width as ``Batch.rows``."""
@@ -164,7 +104,17 @@ class UpdateInputs:
             cut(self.ref_logprobs),
             cut(self.advantages),
             cut(self.importance_weights),
+            cut(self.entropy),
         )
+
+
+@dataclass
+class UpdateResult:
+    """What one update returns: its metrics, and the batch with the sampling entropy per token."""
+
+    metrics: dict[str, float]
+    batch: Batch
+    entropy: Tensor
 
 
 def _denominator(loss_mask: Tensor, agg: str) -> Tensor:
@@ -245,9 +195,8 @@ class LocalTrainer:
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
         importance_weights: ImportanceWeightFn | None = None,
-        advantage_hook: AdvantageHook | None = None,
-    ) -> dict[str, float]:
-        """One training step on scored trajectories; returns its metrics.
+    ) -> UpdateResult:
+        """One training step on scored trajectories: ``prepare`` then ``learn``.
 
         Args:
             trajectories: the rollouts, ``batch`` of them.
@@ -255,19 +204,8 @@ class LocalTrainer:
             group_ids: the question each trajectory answers (rollouts of one share it).
             importance_weights: optional hook giving per-token loss weights from
                 the batch and its old log-probs (REX-RAG's correction).
-            advantage_hook: optional hook turning the outcome token advantages
-                into the ones the loss uses (see ``AdvantageHook``).
         """
-        started = time.perf_counter()
-        inputs, entropy = self.prepare(
-            trajectories, scores, group_ids, importance_weights, advantage_hook
-        )
-        epochs = [self.optimizer_step(inputs) for _ in range(self.config.ppo_epochs)]
-        lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        self.step += 1
-        elapsed = time.perf_counter() - started
-        return _summarise(inputs.batch, epochs, entropy, lr=lr, seconds=elapsed)
+        return self.learn(self.prepare(trajectories, scores, group_ids, importance_weights))
 
     def prepare(
         self,
@@ -275,12 +213,9 @@ class LocalTrainer:
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
         importance_weights: ImportanceWeightFn | None = None,
-        advantage_hook: AdvantageHook | None = None,
-    ) -> tuple[UpdateInputs, Tensor]:
-        """Encode, then old and reference log-probs and advantages (no gradients).
-
-        Returns the loss inputs and the sampling policy's entropy ``(batch, seq)``.
-        """
+    ) -> UpdateInputs:
+        """Encode, then old and reference log-probs, entropy and outcome advantages (no grad)."""
+        started = time.perf_counter()
         cfg = self.config
         batch = self.encode(trajectories)
         old_logprobs, entropy = self.policy.logprobs(
@@ -292,11 +227,21 @@ class LocalTrainer:
                 batch, micro_batch_size=cfg.micro_batch_size
             )
         scores = torch.as_tensor(scores, dtype=torch.float32, device=batch.input_ids.device)
-        advantages = ADVANTAGES[cfg.advantage](scores, group_ids, batch.loss_mask)
-        if advantage_hook is not None:
-            advantages = advantage_hook(batch, advantages, entropy)
+        advantages = ADVANTAGE_ESTIMATORS[cfg.advantage](scores, group_ids, batch.loss_mask)
         weights = importance_weights(batch, old_logprobs) if importance_weights else None
-        return UpdateInputs(batch, old_logprobs, ref_logprobs, advantages, weights), entropy
+        return UpdateInputs(batch, old_logprobs, ref_logprobs, advantages, weights, entropy,
+                            prepare_s=time.perf_counter() - started)
+
+    def learn(self, inputs: UpdateInputs) -> UpdateResult:
+        """The optimizer steps on prepared inputs (``ppo_epochs`` of them), then the schedule."""
+        started = time.perf_counter()
+        epochs = [self.optimizer_step(inputs) for _ in range(self.config.ppo_epochs)]
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        seconds = time.perf_counter() - started + inputs.prepare_s
+        metrics = _summarise(inputs.batch, epochs, inputs.entropy, lr=lr, seconds=seconds)
+        return UpdateResult(metrics, inputs.batch, inputs.entropy)
 
     def optimizer_step(self, inputs: UpdateInputs) -> dict[str, float]:
         """Accumulate gradients over micro-batches, clip the norm, take one AdamW step.
@@ -342,7 +287,7 @@ class LocalTrainer:
         cfg = self.config
         mask = inputs.batch.loss_mask
         logprobs = self.policy.logprobs_with_grad(inputs.batch)
-        pg_loss, token_metrics = policy_loss(
+        pg_loss, token_metrics = POLICY_LOSSES[cfg.policy_loss](
             logprobs,
             inputs.old_logprobs,
             inputs.advantages,

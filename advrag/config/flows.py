@@ -7,18 +7,14 @@ recipe: a few dozen held-out questions of the offline world with SmolLM2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from advrag.config.base import Strict
+from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
-
-
-class Strict(BaseModel):
-    """Base: unknown keys are errors, so a typo in a YAML file is caught."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class WorldSection(Strict):
@@ -82,67 +78,31 @@ class DemoConfig(Strict):
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
 
 
-def load_config(path: Path | str, model: type[Strict]) -> Strict:
-    """Read a YAML file (after its ``extends:`` chain) into ``model``; errors name the file and field."""
-    path = Path(path)
-    raw = read_yaml_mapping(path, chain=())
-    try:
-        return model.model_validate(raw)
-    except Exception as err:
-        raise ValueError(f"{path}: invalid {model.__name__}:\n{err}") from err
-
-
-def read_yaml_mapping(path: Path, chain: tuple[Path, ...]) -> dict:
-    """The YAML mapping of ``path``, laid over the file its ``extends:`` names (relative to it).
-
-    Nested mappings merge key by key; any other value, null included, replaces
-    the parent's. ``chain`` holds the files that extend this one (cycle check).
-    """
-    if not path.is_file():
-        named_by = f" (named by extends: in {chain[-1]})" if chain else " (see configs/ for examples)"
-        raise FileNotFoundError(f"Config file {path} does not exist{named_by}.")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}.")
-    parent = raw.pop("extends", None)
-    if parent is None:
-        return raw
-    if not isinstance(parent, str):
-        raise ValueError(f"{path}: extends: takes one file path (relative to {path.parent}), "
-                         f"got {parent!r}.")
-    parent_path = (path.parent / parent).resolve()
-    if parent_path in chain or parent_path == path.resolve():
-        cycle = " → ".join(str(p) for p in (*chain, path.resolve(), parent_path))
-        raise ValueError(f"{path}: extends: makes a cycle ({cycle}); remove one of the links.")
-    return merged(read_yaml_mapping(parent_path, (*chain, path.resolve())), raw)
-
-
-def merged(base: dict, override: dict) -> dict:
-    """``override`` laid over ``base``: mappings merge recursively, other values replace."""
-    result = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merged(result[key], value)
-        else:
-            result[key] = value
-    return result
-
-
 class WarmupSection(Strict):
     """SFT warm-up on grounded protocol demonstrations before RL (the cold start)."""
 
     demonstrations: int = Field(64, ge=1, description="Training questions turned into demonstrations.")
-    sft: dict = Field(
-        default_factory=lambda: {"lr": 2e-4, "batch_size": 8, "epochs": 3},
-        description="Local-engine SFTConfig fields (lr, epochs, batch_size, micro_batch_size, …).",
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(lr=2e-4, batch_size=8, epochs=3),
+        description="The SFT settings (lr, epochs, batch_size, micro_batch_size, max_seq_len, …).",
     )
 
 
 class RLRunConfig(Strict):
-    """Settings every RL training flow shares (the local engine on the offline world)."""
+    """Settings every RL training flow shares (the local engine on the offline world).
 
-    lora: dict | None = Field(
-        default_factory=lambda: {"r": 16, "alpha": 32},
+    ``RUN_CONTROL`` names the fields a resumed run may change (how long and where it
+    runs, what it is logged and registered as); every other field must match the
+    checkpoint's (``config_hash`` without them).
+    """
+
+    RUN_CONTROL: ClassVar[frozenset[str]] = frozenset({
+        "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
+        "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
+        "world_dir", "index_dir", "rollout_backend"})
+
+    lora: LoraSettings | None = Field(
+        default_factory=lambda: LoraSettings(r=16, alpha=32),
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
@@ -160,11 +120,14 @@ class RLRunConfig(Strict):
 class TrainFlowConfig(RLRunConfig):
     """`advrag train`: GRPO on a Search-R1-style agent over the offline world."""
 
+    recipe: Literal["grpo"] = Field("grpo", description="Training recipe: single-agent GRPO "
+                                    "(or REINFORCE++/Dr.GRPO through optim.advantage).")
+
     model: str = Field("smollm2", description="Policy to start from (same specs as benchmark).")
-    optim: dict = Field(
-        default_factory=lambda: {"lr": 1e-5, "group_size": 4, "micro_batch_size": 4,
-                                 "max_seq_len": 1024},
-        description="Local-engine TrainConfig fields (lr, kl_coef, advantage, group_size, …).",
+    optim: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(lr=1e-5, group_size=4, micro_batch_size=4,
+                                            max_seq_len=1024),
+        description="Optimiser and GRPO settings (lr, kl_coef, advantage, group_size, …).",
     )
     rollout_backend: Literal["hf", "vllm"] = Field(
         "hf", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' = "
@@ -200,7 +163,7 @@ class AdversarialRLConfig(RLRunConfig):
     where they differ. The paper gives no λ, n or δ: the defaults are ours.
     """
 
-    method: Literal["arr"] = Field("arr", description="Training method: ARR (reasoner ⇄ verifier).")
+    recipe: Literal["arr"] = Field("arr", description="Training recipe: ARR (reasoner ⇄ verifier).")
     model: str = Field("smollm2", description="Starting policy of both agents (same specs as benchmark).")
     policies: Literal["shared_lora", "separate"] = Field(
         "shared_lora",
@@ -210,17 +173,18 @@ class AdversarialRLConfig(RLRunConfig):
     verifier_model: str | None = Field(
         None, description="'separate' only: the verifier's starting model; null = `model`."
     )
-    optim: dict = Field(
-        default_factory=lambda: {"lr": 5e-5, "micro_batch_size": 2, "max_seq_len": 2048,
-                                 "kl_coef": 0.001},
-        description="Local-engine TrainConfig fields of both agents (lr, kl_coef, …; not group_size).",
+    optim: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(lr=5e-5, micro_batch_size=2, max_seq_len=2048,
+                                            kl_coef=0.001),
+        description="Optimiser settings of both agents (lr, kl_coef, …; not group_size).",
     )
-    verifier_optim: dict = Field(
-        default_factory=dict, description="TrainConfig fields that differ for the verifier."
+    verifier_optim: dict[str, Any] = Field(
+        default_factory=dict, description="Optimiser settings (as in optim) that differ for the "
+        "verifier; checked against optim's fields when the config is loaded.",
     )
     warmup: WarmupSection | None = Field(
-        default_factory=lambda: WarmupSection(demonstrations=32, sft={
-            "lr": 2e-4, "batch_size": 8, "micro_batch_size": 2, "max_seq_len": 2048}),
+        default_factory=lambda: WarmupSection(demonstrations=32, sft=SFTConfig(
+            lr=2e-4, batch_size=8, micro_batch_size=2, max_seq_len=2048)),
         description="SFT of the start model on grounded ARR dialogues (both roles), merged "
         "into the base both agents start from; null skips it.",
     )
@@ -269,8 +233,9 @@ class AdversarialRLConfig(RLRunConfig):
         if self.verifier_model is not None and self.warmup is not None:
             raise ValueError("the warm-up makes one start model for both agents: set warmup: null "
                              "to start the verifier from verifier_model")
-        if "group_size" in self.optim or "group_size" in self.verifier_optim:
+        if "group_size" in self.optim.model_fields_set or "group_size" in self.verifier_optim:
             raise ValueError("set group_size at the top level, not in optim (both agents share it)")
+        TrainConfig.model_validate(self.optim.model_dump() | self.verifier_optim)
         if set(self.pattern_scores) != set(ARR_PATTERNS):
             raise ValueError(f"pattern_scores needs exactly the patterns {list(ARR_PATTERNS)}")
         return self

@@ -1,0 +1,31 @@
+"""Typed run configuration (pydantic), read from ``configs/*.yaml``.
+
+``flows``: one model per flow; ``engine``: the engine's sections (optimiser,
+LoRA, SFT) embedded in them; ``loading``: YAML with ``extends:``; ``base``:
+the strict base model and the one config hash.
+"""
+
+from advrag.config.base import Strict, config_hash
+from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
+from advrag.config.flows import (
+    ARR_PATTERNS,
+    AdversarialRLConfig,
+    BenchmarkConfig,
+    DataConfig,
+    DemoConfig,
+    Method,
+    NightlyConfig,
+    PromotionSection,
+    RLRunConfig,
+    TrainFlowConfig,
+    WarmupSection,
+    WorldSection,
+)
+from advrag.config.loading import load_config, merged, read_yaml_mapping
+
+__all__ = [
+    "ARR_PATTERNS", "AdversarialRLConfig", "BenchmarkConfig", "DataConfig", "DemoConfig",
+    "LoraSettings", "Method", "NightlyConfig", "PromotionSection", "RLRunConfig", "SFTConfig",
+    "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection", "config_hash",
+    "load_config", "merged", "read_yaml_mapping",
+]

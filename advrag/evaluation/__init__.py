@@ -1,0 +1,1 @@
+"""Evaluation: the method registry, per-question scoring, result tables and training plots."""

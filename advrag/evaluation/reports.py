@@ -1,0 +1,135 @@
+"""What people look at: the results table and bar plot, and the training curves.
+
+Pure of tracking: tasks log the figures these return.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def results_markdown(results: dict[tuple[str, str], dict[str, float]]) -> str:
+    """Markdown table: one row per (method, dataset) with EM/F1 and their CIs."""
+    lines = [
+        "| method | dataset | n | EM | EM 95% CI | F1 | F1 95% CI | sub-EM | recall | searches |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (method, dataset), s in results.items():
+        lines.append(
+            f"| {method} | {dataset} | {int(s['n'])} | {s['em']:.3f} | "
+            f"[{s['em_lo']:.3f}, {s['em_hi']:.3f}] | {s['f1']:.3f} | "
+            f"[{s['f1_lo']:.3f}, {s['f1_hi']:.3f}] | {s['sub_em']:.3f} | "
+            f"{s['retrieval_recall']:.3f} | {s['n_searches']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def results_figure(results: dict[tuple[str, str], dict[str, float]]):
+    """Grouped bars of EM and F1 per method (one panel per dataset), CI error bars."""
+    plt = _pyplot()
+    datasets = sorted({d for _, d in results})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.6), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        methods = [m for m, d in results if d == dataset]
+        x = np.arange(len(methods))
+        for offset, key in ((-0.2, "em"), (0.2, "f1")):
+            stats = [results[(m, dataset)] for m in methods]
+            means = np.array([s[key] for s in stats])
+            err = np.array([[m - s[f"{key}_lo"] for m, s in zip(means, stats)],
+                            [s[f"{key}_hi"] - m for m, s in zip(means, stats)]])
+            bars = ax.bar(x + offset, means, 0.4, yerr=err, capsize=3, label=key.upper())
+            ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=2)
+        top = max(results[(m, dataset)][f"{k}_hi"] for m in methods for k in ("em", "f1"))
+        ax.set_xticks(x, methods)
+        ax.set_ylim(0, min(1.0, max(0.1, 1.25 * top)))  # small scores stay readable
+        ax.set_title(dataset)
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def reward_curve(history: list[dict[str, float]]):
+    """Mean reward (± std) per step: the plot a user looks at first."""
+    plt = _pyplot()
+    steps = [h["step"] for h in history]
+    mean = [h["reward_mean"] for h in history]
+    std = [h["reward_std"] for h in history]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, mean, marker="o", label="reward mean")
+    ax.fill_between(
+        steps,
+        [m - s for m, s in zip(mean, std)],
+        [m + s for m, s in zip(mean, std)],
+        alpha=0.2,
+        label="± std",
+    )
+    ax.set_xlabel("update")
+    ax.set_ylabel("reward")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def reward_curves(history: list[dict[str, float]]):
+    """Each agent's mean reward and F1 per step."""
+    plt = _pyplot()
+    steps = [h["step"] for h in history]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for agent in ("reasoner", "verifier"):
+        line = ax.plot(steps, [h[f"{agent}/reward_mean"] for h in history], marker="o",
+                       label=f"{agent} reward")[0]
+        ax.plot(steps, [h[f"{agent}/f1"] for h in history], ls="--", color=line.get_color(),
+                label=f"{agent} F1")
+    ax.set_xlabel("update")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _turn_means(curves: list[dict[int, float]]) -> dict[int, float]:
+    """Mean over dialogues of each turn's value (dialogues without that turn are skipped)."""
+    values: dict[int, list[float]] = {}
+    for curve in curves:
+        for turn, value in curve.items():
+            values.setdefault(turn, []).append(value)
+    return {turn: sum(v) / len(v) for turn, v in sorted(values.items())}
+
+
+def entropy_figure(traces_per_step: list[list]):
+    """ARR Figure 6: per-turn mean entropy of reasoner think and verifier response.
+
+    Lines split dialogues by correct/incorrect final answer (EM) and the run into
+    its first and second half, to show how the trend evolves with training.
+    """
+    plt = _pyplot()
+    half = (len(traces_per_step) + 1) // 2
+    phases = {"early": traces_per_step[:half], "late": traces_per_step[half:]}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, (attr, title) in zip(axes, (("think", "Reasoner <think>"),
+                                        ("response", "Verifier <response>"))):
+        for phase, steps in phases.items():
+            traces = [t for step in steps for t in step]
+            for correct in (True, False):
+                curve = _turn_means([getattr(t, attr) for t in traces if t.correct == correct])
+                if curve:
+                    ax.plot([k + 1 for k in curve], list(curve.values()), marker="o",
+                            ls="-" if correct else "--",
+                            label=f"{phase}, {'correct' if correct else 'incorrect'}")
+        ax.set_title(title)
+        ax.set_xlabel("turn")
+        ax.set_ylabel("mean token entropy")
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no such actions sampled", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,109 @@
+"""Recipe ``arr``: ARR's Reasoner and Verifier trained jointly (ARR §4.2).
+
+Two agents — LoRA adapters on one shared base by default (``policies:
+shared_lora``), or a model each (``separate``) — each with its own AdamW,
+schedule and checkpoints. One update (``engines.local.arr_step``): G dialogues
+per question, each agent's adversarial outcome reward (eq. 5), a GRPO update of
+the reasoner, then of the verifier with the process-aware advantage on its
+critique tokens (eqs. 6–9, ``core.arr_process``). The warm-up trains the shared
+start model on grounded ARR dialogues for both roles (``curation.arr_demonstrations``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from advrag.agents.types import Trajectory
+from advrag.config import AdversarialRLConfig, TrainConfig
+from advrag.datasets.records import QARecord
+from advrag.recipes.base import Recipe
+from advrag.retrieval.base import Retriever
+
+
+def agent_configs(config: AdversarialRLConfig) -> dict[str, TrainConfig]:
+    """Each agent's optimiser: ``optim`` (+ ``verifier_optim`` for the verifier), group size G."""
+    shared = {**config.optim.model_dump(), "group_size": config.group_size}
+    return {"reasoner": TrainConfig(**shared),
+            "verifier": TrainConfig(**(shared | config.verifier_optim))}
+
+
+class ArrRecipe(Recipe):
+    """Reasoner ⇄ verifier, adversarial outcome reward and process-aware advantage."""
+
+    name = "arr"
+    agents = ("reasoner", "verifier")
+    config: AdversarialRLConfig
+
+    def __init__(self, config: AdversarialRLConfig):
+        super().__init__(config)
+        self.traces: list[list] = []  # per update: the dialogues' entropy traces (Figure 6)
+
+    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
+                       chat_prompt) -> list[Trajectory]:
+        """Both roles' trajectories of grounded dialogues from the world's hop chains."""
+        from advrag.curation.arr_demonstrations import (
+            build_arr_demonstrations,
+            demonstration_trajectories,
+        )
+
+        c = self.config
+        dialogues = build_arr_demonstrations(records, retriever, chat_prompt, topk=c.topk,
+                                             max_turns=c.max_turns,
+                                             limit=c.warmup.demonstrations)
+        return demonstration_trajectories(dialogues)
+
+    def build(self, start_model: str) -> None:
+        """Both agents (adapters on one base, or two models), their trainers and generators."""
+        from advrag.engines.local import dual as d
+        from advrag.engines.local.trainer import seed_everything
+        from advrag.models.loading import load_policy
+
+        c = self.config
+        configs = agent_configs(c)
+        seed_everything(configs["reasoner"].seed)  # adapter initialisation draws random numbers
+        loaded = {"reasoner": load_policy(start_model, dtype="float32")}
+        if c.policies == "shared_lora":
+            policies = d.shared_lora_policies(loaded["reasoner"].model, c.lora,
+                                              cpu_bf16=c.cpu_bf16)
+            loaded["verifier"] = loaded["reasoner"]
+        else:
+            loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
+            policies = d.separate_policies(
+                {name: p.model for name, p in loaded.items()}, c.lora, cpu_bf16=c.cpu_bf16,
+                keep_reference=any(x.kl_coef > 0 for x in configs.values()))
+        tokenizers = {name: p.tokenizer for name, p in loaded.items()}
+        self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)
+        self.generators = d.agent_generators(policies, tokenizers, temperature=c.temperature)
+
+    def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
+        """One joint update: rollout → score → reasoner update → verifier update."""
+        from advrag.engines.local.arr_step import arr_step
+
+        result = arr_step(self.trainers, self.generators, retriever, records, self.config)
+        self.traces.append(result.traces)
+        return result.metrics
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        """Both agents' mean reward and the update's seconds."""
+        return (f"reward reasoner {metrics['reasoner/reward_mean']:.3f}, verifier "
+                f"{metrics['verifier/reward_mean']:.3f}, {metrics['time/step_s']:.0f} s")
+
+    def registry_names(self) -> dict[str, str]:
+        """Agent → registered model name."""
+        return {"reasoner": self.config.registered_reasoner,
+                "verifier": self.config.registered_verifier}
+
+    def figures(self, history: list[dict[str, float]]) -> dict:
+        """Both agents' reward and F1 curves, and the paper's Figure 6 (entropy per turn)."""
+        from advrag.evaluation.reports import entropy_figure, reward_curves
+
+        return {"reward_curves.png": reward_curves(history),
+                "entropy_trajectories.png": entropy_figure(self.traces)}
+
+    def benchmark_models(self, start_model: str, model_dirs: dict[str, Path]) -> dict[str, dict]:
+        """The untrained, warmed-up and trained pairs (the benchmark's ARR gets the verifier)."""
+        return {"base": {"model": self.config.model, "verifier_model": self.config.verifier_model},
+                "warmup": {"model": start_model, "verifier_model": None},
+                "trained": {"model": str(model_dirs["reasoner"]),
+                            "verifier_model": str(model_dirs["verifier"])}}

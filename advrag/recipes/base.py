@@ -1,0 +1,181 @@
+"""The recipe contract: what a training method supplies, and what every recipe shares.
+
+A recipe is one RL training method (GRPO, ARR, …). It supplies only what is its own:
+
+- ``agents``: the policies it trains (the first is the *primary* one, whose model
+  is benchmarked and promoted);
+- ``build``: those agents' trainers and rollout generators, from a start model;
+- ``step``: one update — its rollout, its scoring (pure functions of ``core``,
+  registered by name) and the agents' updates — returning the step's metrics;
+- ``demonstrations``: the warm-up's SFT data, in the layout of its rollouts;
+- ``registry_names``, ``figures``, ``describe`` and the models to benchmark.
+
+The shared parts live here once: the SFT warm-up (cached in
+``checkpoint_dir/warmup`` and refused if made under other settings), the
+question batches, checkpoints with the settings hash a resume must match, and
+the export of every agent. ``advrag.flows.rl.run_recipe`` is the one loop that
+runs any recipe: warm start → update → log → checkpoint within the budget →
+export → register → benchmark base/warm-up/trained.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from advrag.agents.types import TextGenerator, Trajectory
+from advrag.config import RLRunConfig, config_hash
+from advrag.datasets.records import QARecord
+from advrag.retrieval.base import Retriever
+
+
+class Recipe(ABC):
+    """One training method on the local engine; ``run_recipe`` drives it."""
+
+    name: ClassVar[str]
+    agents: ClassVar[tuple[str, ...]]
+
+    def __init__(self, config: RLRunConfig):
+        self.config = config
+        self.trainers = None  # AgentTrainers, set by build()
+        self.generators: dict[str, TextGenerator] = {}
+
+    # ---- what each recipe supplies -------------------------------------------------------
+
+    @abstractmethod
+    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
+                       chat_prompt) -> list[Trajectory]:
+        """The warm-up's SFT trajectories, laid out as this recipe's rollouts."""
+
+    @abstractmethod
+    def build(self, start_model: str) -> None:
+        """Load the agents from ``start_model``: set ``self.trainers`` and ``self.generators``."""
+
+    @abstractmethod
+    def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
+        """One update on ``records``: rollout → score → update every agent; the step's metrics."""
+
+    @abstractmethod
+    def describe(self, metrics: dict[str, float]) -> str:
+        """The progress line of one update."""
+
+    @abstractmethod
+    def registry_names(self) -> dict[str, str]:
+        """Agent → registered model name."""
+
+    def figures(self, history: list[dict[str, float]]) -> dict[str, Any]:
+        """Artifact file name → matplotlib figure of the run (none by default)."""
+        return {}
+
+    def benchmark_models(self, start_model: str, model_dirs: dict[str, Path]) -> dict[str, dict]:
+        """Stage → benchmark settings of the untrained, warmed-up and trained models."""
+        trained = str(model_dirs[self.agents[0]])
+        return {"base": {"model": self.config.model}, "warmup": {"model": start_model},
+                "trained": {"model": trained}}
+
+    # ---- shared by every recipe ----------------------------------------------------------
+
+    def settings_hash(self) -> str:
+        """Hash of the settings a checkpoint must share with the run resuming it."""
+        return config_hash(self.config, exclude=self.config.RUN_CONTROL)
+
+    def warmup_settings(self) -> dict[str, Any]:
+        """What the warm-up model depends on (written beside it as ``warmup.json``)."""
+        c = self.config
+        return {"recipe": self.name, "model": c.model,
+                "lora": None if c.lora is None else c.lora.model_dump(mode="json"),
+                "max_turns": c.max_turns, "topk": c.topk, **c.warmup.model_dump(mode="json")}
+
+    def warm_up(self, retriever: Retriever, records: Sequence[QARecord]
+                ) -> tuple[Path, list[dict[str, float]]]:
+        """SFT on ``demonstrations``, merged into the base: where RL starts.
+
+        Returns ``(model_dir, per-step metrics)``. ``checkpoint_dir/warmup`` is reused
+        by reruns (no metrics then) and refused if it was made with other settings.
+        """
+        from advrag.engines.local.dual import export_policy
+        from advrag.engines.local.generation import HFGenerator
+        from advrag.engines.local.sft import supervised_finetune
+
+        out, settings = self.config.checkpoint_dir / "warmup", self.warmup_settings()
+        if reuse_warmup(out, settings):
+            return out, []
+        policy, tokenizer = trainable_policy(self.config.model, self.config, keep_reference=False)
+        demos = self.demonstrations(records, retriever,
+                                    HFGenerator(policy.model, tokenizer).chat_prompt)
+        history = supervised_finetune(policy, tokenizer, demos, self.config.warmup.sft)
+        export_policy(policy, tokenizer, out, files={"warmup.json": json.dumps(settings, indent=2)})
+        return out, history
+
+    def batch(self, records: Sequence[QARecord], step: int) -> list[QARecord]:
+        """The questions of update ``step`` (see ``batch_for_step``)."""
+        return batch_for_step(records, step, self.config.questions_per_step, self.config.optim.seed)
+
+    def save(self, next_step: int) -> dict[str, Path]:
+        """Checkpoint every agent after ``next_step`` updates; artifact path → directory."""
+        saved = self.trainers.save(self.config.checkpoint_dir, data_position=next_step,
+                                   extra={"settings_hash": self.settings_hash()})
+        if len(saved) == 1:
+            return {"checkpoints": next(iter(saved.values()))}
+        return {f"checkpoints/{agent}": path for agent, path in saved.items()}
+
+    def resume(self) -> int:
+        """Resume every agent from its newest common checkpoint; the next step to run.
+
+        Generators with their own copy of the weights (``push_weights``) get the
+        resumed ones, so the first rollout after a resume samples the resumed policy.
+        """
+        state = self.trainers.resume(self.config.checkpoint_dir)
+        if state is None:
+            return 0
+        if state["extra"].get("settings_hash") != self.settings_hash():
+            raise ValueError(f"{self.config.checkpoint_dir} was written with other {self.name.upper()} "
+                             "settings: resume with the same config or use another checkpoint_dir")
+        for agent, generator in self.generators.items():
+            if hasattr(generator, "push_weights"):
+                generator.push_weights(self.trainers[agent].policy.model)
+        return int(state["data_position"])
+
+    def export(self) -> dict[str, Path]:
+        """Every agent as a plain transformers checkpoint under ``checkpoint_dir/final``."""
+        return self.trainers.export(self.config.checkpoint_dir / "final")
+
+    def artifact_path(self, agent: str) -> str:
+        """Where agent ``agent``'s registered model lies in the run's artifacts."""
+        return "checkpoint" if len(self.agents) == 1 else f"model/{agent}"
+
+
+def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bool):
+    """The model of ``model_spec`` as a ``TrainablePolicy`` (LoRA or full), and its tokenizer."""
+    from advrag.engines.local.policy import TrainablePolicy
+    from advrag.models.loading import load_policy
+
+    loaded = load_policy(model_spec, dtype="float32")
+    policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=keep_reference,
+                             cpu_bf16=config.cpu_bf16)
+    return policy, loaded.tokenizer
+
+
+def reuse_warmup(out: Path, settings: dict[str, Any]) -> bool:
+    """True if ``out`` holds a warm-up made with ``settings``; raises if made with others."""
+    marker = out / "warmup.json"
+    if not marker.is_file():
+        return False
+    if json.loads(marker.read_text()) != json.loads(json.dumps(settings)):
+        raise ValueError(f"{out} holds a warm-up made with other settings ({marker}); "
+                         "delete it or use another checkpoint_dir.")
+    return True
+
+
+def batch_for_step(records: Sequence[QARecord], step: int, size: int,
+                   seed: int) -> list[QARecord]:
+    """The questions of one step: epochs walk a seeded permutation (resumable by step)."""
+    per_epoch = max(len(records) // size, 1)
+    epoch, index = divmod(step, per_epoch)
+    order = list(range(len(records)))
+    random.Random(seed + epoch).shuffle(order)
+    return [records[i] for i in order[index * size : (index + 1) * size]]

@@ -1,0 +1,87 @@
+"""Recipe ``grpo``: one Search-R1-style agent trained with GRPO (or REINFORCE++, Dr.GRPO).
+
+Each update samples ``optim.group_size`` trajectories per question (retrieved
+tokens masked), rewards each with the F1 or EM of its final ``<answer>`` minus a
+format penalty (``core.rewards.answer_reward``), turns the rewards into token
+advantages with the estimator ``optim.advantage`` names
+(``core.advantages.ADVANTAGE_ESTIMATORS``) and takes a PPO-clip step. The
+warm-up trains on grounded Search-R1 demonstrations (``curation.demonstrations``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from advrag.agents.types import Trajectory
+from advrag.config import TrainFlowConfig
+from advrag.core.rewards import answer_reward
+from advrag.datasets.records import QARecord
+from advrag.recipes.base import Recipe, trainable_policy
+from advrag.retrieval.base import Retriever
+
+
+class GrpoRecipe(Recipe):
+    """Single-agent GRPO on the search loop."""
+
+    name = "grpo"
+    agents = ("reasoner",)
+    config: TrainFlowConfig
+
+    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
+                       chat_prompt) -> list[Trajectory]:
+        """Grounded think → search → … → answer trajectories from the world's hop chains."""
+        from advrag.curation.demonstrations import build_demonstrations
+
+        c = self.config
+        return build_demonstrations(records, retriever, chat_prompt, topk=c.topk,
+                                    max_turns=c.max_turns, limit=c.warmup.demonstrations)
+
+    def build(self, start_model: str) -> None:
+        """The policy (LoRA or full), its trainer and the rollout generator.
+
+        The generator (``rollout_backend``) samples the policy's current weights in
+        the dtype they are trained in (bf16 on native-bf16 CPUs when ``cpu_bf16``;
+        then from a bf16 copy pushed after every update).
+        """
+        from advrag.engines.generators import make_generator
+        from advrag.engines.local.dual import AgentTrainers
+        from advrag.engines.local.trainer import LocalTrainer
+        from advrag.models.loading import resolve_model_dir
+
+        c = self.config
+        policy, tokenizer = trainable_policy(start_model, c, keep_reference=c.optim.kl_coef > 0)
+        self.trainers = AgentTrainers({"reasoner": LocalTrainer(policy, tokenizer, c.optim)})
+        self.generators = {"reasoner": make_generator(
+            c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
+            temperature=c.temperature, batch_size=64, autocast=policy.autocast)}
+
+    def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
+        """One GRPO update: rollout → score → advantages → loss → step."""
+        from advrag.engines.local.steps import grpo_step
+
+        c = self.config
+
+        def reward(trajectory, record: QARecord) -> float:
+            return answer_reward(trajectory.answer, record.golden_answers,
+                                 format_errors=trajectory.format_errors,
+                                 metric=c.reward_metric, format_penalty=c.format_penalty)
+
+        return grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
+                         records, reward_fn=reward,
+                         rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
+                                         "max_new_tokens": c.max_new_tokens})
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        """Reward, loss and seconds of one update."""
+        seconds = metrics["rollout_s"] + metrics["score_s"] + metrics["update_s"]
+        return f"reward {metrics['reward_mean']:.3f}, loss {metrics['loss']:.4f}, {seconds:.0f} s"
+
+    def registry_names(self) -> dict[str, str]:
+        """The trained agent's registered model."""
+        return {"reasoner": self.config.registered_model}
+
+    def figures(self, history: list[dict[str, float]]) -> dict:
+        """The mean reward (± std) per update."""
+        from advrag.evaluation.reports import reward_curve
+
+        return {"reward_curve.png": reward_curve(history)}

@@ -1,0 +1,115 @@
+"""The one loop every training recipe runs, and the flow `rl` that runs a recipe by config.
+
+warm start → (update → log → print → checkpoint)* within the budget → figures →
+export → register → benchmark base/warm-up/trained. Recipes (``advrag.recipes``)
+supply only what is their own.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow
+
+from advrag.config import BenchmarkConfig, load_config, read_yaml_mapping
+from advrag.flows.benchmark import benchmark
+from advrag.recipes import RECIPES
+from advrag.recipes.base import Recipe
+from advrag.tasks import data, rl, tracking
+
+
+@flow(name="rl", log_prints=True)
+def rl_flow(config: str, run_name: str | None = None) -> dict:
+    """Train the recipe a config file names (``recipe:``, e.g. grpo or arr)."""
+    recipe = recipe_for(config)
+    return run_recipe(recipe, "rl", run_name or recipe.name)
+
+
+def recipe_for(path: str) -> Recipe:
+    """The recipe of a config file, with its config validated."""
+    name = read_yaml_mapping(path, chain=()).get("recipe", "grpo")
+    if name not in RECIPES:
+        raise ValueError(f"{path}: unknown recipe {name!r}; choose one of {sorted(RECIPES)}")
+    recipe_class, config_model = RECIPES[name]
+    return recipe_class(load_config(path, config_model))
+
+
+def run_recipe(recipe: Recipe, flow_name: str, run_name: str) -> dict:
+    """Run ``recipe`` end to end in one MLflow run; returns the run, models and benchmarks."""
+    config = recipe.config
+    tracking.configure()
+    version = data.data_version()
+    params = {"config": config.model_dump(mode="json"), "data": version}
+    tags = {"data.version": version["digest"], "flow": flow_name, "recipe": recipe.name,
+            "model": config.model}
+    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
+        retriever, records = rl.training_data(config)
+        start_model = warm_start(recipe, run_id, retriever, records)
+        rl.build(recipe, start_model)
+        started = time.perf_counter()
+        history = run_updates(recipe, run_id, retriever, records, rl.resume(recipe))
+        rl.log_figures(recipe, run_id, history)
+        model_dirs = rl.export(recipe)
+        versions = rl.register(recipe, run_id, model_dirs, version["digest"])
+    primary = recipe.agents[0]
+    results = {"run_id": run_id, "model_dirs": {a: str(p) for a, p in model_dirs.items()},
+               "versions": versions, "model_dir": str(model_dirs[primary]),
+               "version": versions[primary], "steps_run": len(history),
+               "train_s": time.perf_counter() - started}
+    if config.evaluate is not None:
+        results |= benchmark_stages(recipe, run_name, start_model, model_dirs, versions)
+    return results
+
+
+def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:
+    """The model RL starts from: the warm-up's (its SFT curve logged), or the config's."""
+    if recipe.config.warmup is None:
+        return recipe.config.model
+    warm_dir, warm_history = rl.warm_up(recipe, retriever, records)
+    for i, metrics in enumerate(warm_history):
+        tracking.log_metrics(run_id, {f"warmup/{k}": v for k, v in metrics.items()}, step=i)
+    return str(warm_dir)
+
+
+def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int) -> list[dict]:
+    """(update → log → print → checkpoint)* from ``first_step`` to ``steps``.
+
+    A checkpoint is taken every ``checkpoint_every`` updates and after the last
+    one: ``steps``, or the update that spends ``max_train_minutes``.
+    """
+    config, history, started = recipe.config, [], time.perf_counter()
+    for step in range(first_step, config.steps):
+        metrics = rl.train_step(recipe, retriever, step, records)
+        tracking.log_metrics(run_id, metrics, step=step)
+        history.append({"step": step, **metrics})
+        print(f"update {step + 1}/{config.steps}: {recipe.describe(metrics)}")
+        last = step + 1 == config.steps or rl.budget_spent(started, config.max_train_minutes)
+        if (step + 1) % config.checkpoint_every == 0 or last:
+            rl.save_checkpoint(recipe, run_id, step + 1)
+        if last:
+            break
+    return history
+
+
+def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs: dict,
+                     versions: dict[str, str]) -> dict:
+    """Benchmark the base, warmed-up and trained models; tag the versions with the trained one's."""
+    stages = recipe.benchmark_models(start_model, model_dirs)
+    if start_model == recipe.config.model:
+        del stages["warmup"]
+    results, evaluation = {}, {}
+    for stage, fields in stages.items():
+        settings: BenchmarkConfig = recipe.config.evaluate.model_copy(update=fields)
+        evaluation = benchmark(settings, run_name=f"{run_name}-{stage}")
+        results[stage] = evaluation["results"]
+    rl.tag_versions(recipe, versions, benchmark_tags(evaluation))
+    return results
+
+
+def benchmark_tags(evaluation: dict) -> dict[str, str]:
+    """Registry tags of a benchmark: its run id and EM/F1 per (dataset, method)."""
+    tags = {"bench.run_id": evaluation["run_id"]}
+    for (method, dataset), summary in evaluation["results"].items():
+        for key in ("em", "f1", "n"):
+            tags[f"bench.{dataset}.{method}.{key}"] = f"{summary[key]:.4f}"
+    return tags
