@@ -52,8 +52,8 @@ def main() -> None:
     from advrag.config import AdversarialRLConfig, load_config
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.arr_step import arr_step
+    from advrag.recipes.arr import ArrRecipe
     from advrag.retrieval.retriever import load_retriever
-    from advrag.tasks import arr
 
     config = load_config(args.config, AdversarialRLConfig)
     scratch = tempfile.TemporaryDirectory()
@@ -61,25 +61,24 @@ def main() -> None:
     if model == "tiny":
         model = str(tiny_model(config.world_dir, Path(scratch.name) / "tiny"))
         config = config.model_copy(update={
-            "cpu_bf16": False, "optim": {**config.optim, "max_seq_len": 4096}})
+            "cpu_bf16": False, "optim": config.optim.model_copy(update={"max_seq_len": 4096})})
     config = config.model_copy(update={"model": model,
                                        "checkpoint_dir": Path(scratch.name) / "checkpoints"})
     retriever = load_retriever(config.index_dir)
     records = load_qa(config.world_dir / "train.jsonl")
-    warmup = {}
+    recipe, warmup = ArrRecipe(config), {}
     if args.warmup and config.warmup is not None:
         started = time.perf_counter()
-        warm_dir, history = arr.warm_up.fn(config, retriever, records)
+        warm_dir, history = recipe.warm_up(retriever, records)
         warmup = {"seconds": time.perf_counter() - started, "sft_steps": len(history),
                   "first_loss": history[0]["loss"], "last_loss": history[-1]["loss"]}
         print(f"warm-up: {warmup}", flush=True)
         model = str(warm_dir)
-    dual, generators = arr.build_agents.fn(config, model)
-    settings = arr.settings(config)
+    recipe.build(model)
     steps = []
     for step in range(args.steps):
         batch = records[step * config.questions_per_step:(step + 1) * config.questions_per_step]
-        steps.append(arr_step(dual, generators, retriever, batch, settings).metrics)
+        steps.append(arr_step(recipe.trainers, recipe.generators, retriever, batch, config).metrics)
         print(f"step {step}: " + ", ".join(f"{p} {steps[-1][p]:.2f}" for p in PARTS), flush=True)
     later = steps[1:] or steps
     result = {
@@ -95,7 +94,8 @@ def main() -> None:
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "settings": {k: getattr(config, k) for k in (
             "group_size", "questions_per_step", "max_turns", "topk", "max_new_tokens",
-            "policies", "cpu_bf16")} | {"lora": config.lora, "steps": args.steps},
+            "policies", "cpu_bf16")} | {"lora": config.lora.model_dump() if config.lora else None,
+                                        "steps": args.steps},
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "threads": torch.get_num_threads(),
                     "load_average_1m_at_end": os.getloadavg()[0]},  # shared cores inflate times

@@ -45,9 +45,9 @@ def budgeted(config, minutes: float, checkpoints: Path, name: str, model: str | 
               "experiment": EXPERIMENT, "evaluate": None}
     if model is not None:
         update |= {"model": model, "cpu_bf16": False,
-                   "optim": {**config.optim, "max_seq_len": 4096},
+                   "optim": config.optim.model_copy(update={"max_seq_len": 4096}),
                    "warmup": config.warmup.model_copy(update={
-                       "sft": {**config.warmup.sft, "max_seq_len": 4096}})}
+                       "sft": config.warmup.sft.model_copy(update={"max_seq_len": 4096})})}
     if isinstance(config, AdversarialRLConfig):
         update |= {"registered_reasoner": f"bench-{name}-reasoner",
                    "registered_verifier": f"bench-{name}-verifier"}

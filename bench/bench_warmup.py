@@ -15,7 +15,6 @@ intervals. Writes ``bench/results/warmup.json``.
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import shutil
 import tempfile
@@ -27,11 +26,12 @@ from reporting import write_report
 from advrag.config import BenchmarkConfig, TrainFlowConfig, load_config
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.datasets.loaders import load_qa
+from advrag.engines.local.dual import export_policy
 from advrag.engines.local.generation import HFGenerator
-from advrag.engines.local.sft import SFTConfig, supervised_finetune
+from advrag.engines.local.sft import supervised_finetune
 from advrag.flows.benchmark import benchmark
+from advrag.recipes.base import trainable_policy
 from advrag.retrieval.retriever import load_retriever
-from advrag.tasks.train import save_merged, trainable_policy
 
 COLUMNS = ("em", "em_lo", "em_hi", "f1", "format_errors", "n_searches", "retrieval_recall")
 
@@ -43,14 +43,13 @@ def snapshots(config: TrainFlowConfig, epochs: int, out: Path) -> tuple[list[dic
         load_qa(config.world_dir / "train.jsonl"), load_retriever(config.index_dir),
         HFGenerator(policy.model, tokenizer).chat_prompt, topk=config.topk,
         max_turns=config.max_turns, limit=config.warmup.demonstrations)
-    sft = SFTConfig(**{**config.warmup.sft, "epochs": epochs})
+    sft = config.warmup.sft.model_copy(update={"epochs": epochs})
     per_epoch = math.ceil(len(demos) / sft.batch_size)
     dirs: list[Path] = []
 
     def save_at_epoch_end(step: int, metrics: dict[str, float]) -> None:
         if (step + 1) % per_epoch == 0:
-            dirs.append(save_merged(copy.deepcopy(policy.model), tokenizer,
-                                    out / f"after-{step + 1}-steps"))
+            dirs.append(export_policy(policy, tokenizer, out / f"after-{step + 1}-steps"))
             print(f"saved after {step + 1} SFT steps (loss {metrics['loss']:.3f})", flush=True)
 
     history = supervised_finetune(policy, tokenizer, demos, sft, on_step=save_at_epoch_end)

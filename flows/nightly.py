@@ -1,4 +1,4 @@
-"""Flows `nightly` (refresh → gate → train → benchmark → promotion gate) and `promote`."""
+"""Flows `nightly` (refresh → gate → train → benchmark → promotion gate), `promote`, `rollback`."""
 
 from __future__ import annotations
 
@@ -56,6 +56,17 @@ def promote(config: NightlyConfig | str = DEFAULT_CONFIG, version: str | None = 
     tags = promo.apply_decision(name, candidate.version, decision)
     print(f"{name} v{candidate.version}: {decision.alias} — {decision.reason}")
     return {"version": candidate.version, "alias": decision.alias, **tags}
+
+
+@flow(name="rollback", log_prints=True)
+def rollback(config: NightlyConfig | str = DEFAULT_CONFIG) -> dict:
+    """Give `champion` back to the version the current champion replaced."""
+    config = as_config(config)
+    tracking.configure()
+    name = config.train.registered_model
+    restored, demoted = promo.rollback(name)
+    print(f"{name}@champion: v{demoted} → v{restored}")
+    return {"name": name, "restored": restored, "demoted": demoted}
 
 
 def as_config(config: NightlyConfig | str) -> NightlyConfig:

@@ -1,1 +1,2 @@
-"""Data curation: quality gates (Great Expectations), UR² bucketing, GAR labelling."""
+"""Data curation: Great Expectations quality gates and the warm-up demonstrations (UR² bucketing
+and GAR slice labelling are planned)."""

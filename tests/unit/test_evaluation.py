@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from advrag.agents.types import Trajectory
 from advrag.datasets.records import QARecord
-from advrag.evaluation import (
-    MethodOutput,
-    read_prediction,
-    results_markdown,
-    score_rows,
-    summarize,
-    untagged_answer,
-)
+from advrag.evaluation.methods import MethodOutput, read_prediction, untagged_answer
+from advrag.evaluation.reports import results_markdown
+from advrag.evaluation.scoring import score_rows, summarize
 
 
 def test_untagged_answer_takes_the_last_line_without_tags():
