@@ -40,6 +40,28 @@ def _environment() -> None:
 CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe."
 
 
+def load(path: Path, kind: str):
+    """The config file ``path`` validated as ``kind``; a bad one exits 2 with one message."""
+    from advrag.config import ConfigError, load_config
+
+    try:
+        return load_config(path, config_model(kind))
+    except (ConfigError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def config_model(kind: str):
+    """The flow config model of ``kind`` (see ``CONFIG_KINDS``)."""
+    from advrag import config
+
+    return getattr(config, CONFIG_KINDS[kind])
+
+
+CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
+                "arr": "AdversarialRLConfig", "nightly": "NightlyConfig"}
+
+
 @app.command()
 def world(
     out: Path = typer.Option(Path("data/world"), help="Output directory for corpus and QA splits."),
@@ -161,10 +183,9 @@ def serve_retriever(
 @app.command("prepare-data")
 def prepare_data(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: world → GX gate → `dvc add data` → `dvc repro`."""
-    from advrag.config import DemoConfig, load_config
     from advrag.flows.prepare_data import prepare_data as flow
 
-    flow(load_config(config, DemoConfig).data)
+    flow(load(config, "demo").data)
 
 
 @app.command()
@@ -175,10 +196,9 @@ def benchmark(
     methods: str | None = typer.Option(None, help="Comma-separated methods, e.g. cot,arr."),
 ) -> None:
     """Flow: evaluate methods on datasets and log to MLflow."""
-    from advrag.config import DemoConfig, load_config
     from advrag.flows.benchmark import benchmark as flow
 
-    cfg = load_config(config, DemoConfig).benchmark
+    cfg = load(config, "demo").benchmark
     updates = {"model": model, "limit": limit, "methods": methods.split(",") if methods else None}
     cfg = cfg.model_validate({**cfg.model_dump(), **{k: v for k, v in updates.items() if v}})
     flow(cfg)
@@ -187,10 +207,9 @@ def benchmark(
 @app.command()
 def train(config: Path = typer.Option(Path("configs/train.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: GRPO-train the Search-R1-style agent (resumes from its latest checkpoint)."""
-    from advrag.config import TrainFlowConfig, load_config
     from advrag.flows.train import train as flow
 
-    flow(load_config(config, TrainFlowConfig))
+    flow(load(config, "train"))
 
 
 @app.command("adversarial-rl")
@@ -199,19 +218,35 @@ def adversarial_rl(
     run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
 ) -> None:
     """Flow: ARR, train a reasoner and a verifier jointly (resumes from their latest checkpoints)."""
-    from advrag.config import AdversarialRLConfig, load_config
     from advrag.flows.adversarial_rl import adversarial_rl as flow
 
-    flow(load_config(config, AdversarialRLConfig), run_name=run_name or config.stem)
+    flow(load(config, "arr"), run_name=run_name or config.stem)
+
+
+@app.command()
+def rl(
+    config: Path = typer.Option(..., help="Config of any recipe; its `recipe:` (grpo, arr) picks it."),
+    run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
+) -> None:
+    """Flow: train the recipe a config names (resumes from its latest checkpoint)."""
+    from advrag.config import ConfigError
+    from advrag.flows.rl import recipe_for
+    from advrag.flows.rl import rl_flow as flow
+
+    try:
+        recipe_for(str(config))
+    except (ConfigError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    flow(str(config), run_name=run_name or config.stem)
 
 
 @app.command()
 def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """The main job: prepare the data, then benchmark all methods with SmolLM2."""
-    from advrag.config import DemoConfig, load_config
     from advrag.flows.demo import demo as flow
 
-    flow(load_config(config, DemoConfig))
+    flow(load(config, "demo"))
 
 
 NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config (configs/nightly.yaml).")
@@ -222,6 +257,7 @@ def nightly(config: Path = NIGHTLY_CONFIG) -> None:
     """Flow: data refresh → GX gate → train → benchmark → promotion gate (what the schedule runs)."""
     from advrag.flows.nightly import nightly as flow
 
+    load(config, "nightly")  # fails here, in seconds, not inside the flow
     flow(str(config))
 
 
@@ -234,6 +270,7 @@ def promote(
     """Promotion gate: `champion` only if it clearly beats the champion on the same questions."""
     from advrag.flows.nightly import promote as flow
 
+    load(config, "nightly")
     result = flow(str(config), version, force)
     typer.echo(f"v{result['version']}: {result['alias']} ({result['promotion.reason']})")
 
@@ -241,17 +278,15 @@ def promote(
 @app.command()
 def rollback(config: Path = NIGHTLY_CONFIG) -> None:
     """Give `champion` back to the version the current champion replaced."""
-    from advrag.config import NightlyConfig, load_config
-    from advrag.tasks import promotion, tracking
+    from advrag.flows.nightly import rollback as flow
 
-    name = load_config(config, NightlyConfig).train.registered_model
-    tracking.configure()
+    load(config, "nightly")
     try:
-        restored, demoted = promotion.rollback.fn(name)
+        result = flow(str(config))
     except LookupError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1) from err
-    typer.echo(f"{name}@champion: v{demoted} → v{restored}")
+    typer.echo(f"{result['name']}@champion: v{result['demoted']} → v{result['restored']}")
 
 
 @app.command()
@@ -285,14 +320,13 @@ def ui(
     config: Path = typer.Option(Path("configs/demo.yaml"), help="Config naming the benchmark experiment."),
 ) -> None:
     """The MLflow UI (.mlflow/) and the Prefect UI (PREFECT_HOME) on the demo's stores; Ctrl-C stops both."""
-    from advrag.config import DemoConfig, load_config
     from advrag.ops import ui as servers
     from advrag.tasks import tracking
 
     store, notes = tracking.DEFAULT_DIR, []
     if (store / "mlflow.db").is_file():
         tracking.configure(tracking.default_uri(store))
-        experiment = load_config(config, DemoConfig).benchmark.experiment
+        experiment = load(config, "demo").benchmark.experiment
         route = tracking.share_runs_view(experiment, *servers.EM_F1_VIEW)
         if route:
             notes.append(f"EM/F1 of every {experiment} run: http://{servers.HOST}:{mlflow_port}/{route}")
@@ -306,6 +340,47 @@ def ui(
     except KeyboardInterrupt:  # during start-up: what had started is already stopped
         pass
     typer.echo("stopped.")
+
+
+config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    file: Path = typer.Argument(..., help="A config file (configs/*.yaml)."),
+    kind: str | None = typer.Option(None, help=f"One of {', '.join(CONFIG_KINDS)}; default: "
+                                    "guessed from the file's keys."),
+) -> None:
+    """Print the resolved config (extends: applied, every default filled in) and its hash."""
+    import yaml
+
+    from advrag.config import config_hash
+
+    kind = kind or guess_kind(file)
+    if kind not in CONFIG_KINDS:
+        typer.echo(f"error: unknown --kind {kind!r}; choose one of {', '.join(CONFIG_KINDS)}",
+                   err=True)
+        raise typer.Exit(2)
+    cfg = load(file, kind)
+    typer.echo(f"# {file} as {config_model(kind).__name__}; hash {config_hash(cfg)}")
+    typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())
+
+
+def guess_kind(file: Path) -> str:
+    """Which flow a config file is for, from its top-level keys."""
+    from advrag.config import ConfigError, read_yaml_mapping
+
+    try:
+        keys = set(read_yaml_mapping(file, chain=()))
+    except (ConfigError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if "data" in keys:
+        return "nightly" if "train" in keys else "demo"
+    if "recipe" in keys or {"optim", "steps"} & keys:
+        return "arr" if read_yaml_mapping(file, chain=()).get("recipe") == "arr" else "train"
+    return "benchmark"
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ supply only what is their own.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from prefect import flow
 
-from advrag.config import BenchmarkConfig, load_config, read_yaml_mapping
+from advrag.config import BenchmarkConfig, ConfigError, load_config, read_yaml_mapping
 from advrag.flows.benchmark import benchmark
 from advrag.recipes import RECIPES
 from advrag.recipes.base import Recipe
@@ -27,9 +28,10 @@ def rl_flow(config: str, run_name: str | None = None) -> dict:
 
 def recipe_for(path: str) -> Recipe:
     """The recipe of a config file, with its config validated."""
-    name = read_yaml_mapping(path, chain=()).get("recipe", "grpo")
+    name = read_yaml_mapping(Path(path), chain=()).get("recipe", "grpo")
     if name not in RECIPES:
-        raise ValueError(f"{path}: unknown recipe {name!r}; choose one of {sorted(RECIPES)}")
+        raise ConfigError(f"{path}: recipe: unknown recipe {name!r} — choose one of "
+                          f"{', '.join(sorted(RECIPES))}")
     recipe_class, config_model = RECIPES[name]
     return recipe_class(load_config(path, config_model))
 

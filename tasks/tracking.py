@@ -188,8 +188,13 @@ def log_text(run_id: str, text: str, artifact_file: str) -> None:
 
 
 def log_figure(run_id: str, figure, artifact_file: str) -> None:
-    """Store a matplotlib figure as an image artifact."""
-    client().log_figure(run_id, figure, artifact_file)
+    """Store a matplotlib figure as an image artifact, then close it (pyplot keeps it otherwise)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        client().log_figure(run_id, figure, artifact_file)
+    finally:
+        plt.close(figure)
 
 
 def log_table(run_id: str, rows: list[dict[str, Any]], artifact_file: str) -> None:

@@ -21,10 +21,10 @@ from advrag.config.flows import (
     WarmupSection,
     WorldSection,
 )
-from advrag.config.loading import load_config, merged, read_yaml_mapping
+from advrag.config.loading import ConfigError, load_config, merged, read_yaml_mapping
 
 __all__ = [
-    "ARR_PATTERNS", "AdversarialRLConfig", "BenchmarkConfig", "DataConfig", "DemoConfig",
+    "ARR_PATTERNS", "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "DataConfig", "DemoConfig",
     "LoraSettings", "Method", "NightlyConfig", "PromotionSection", "RLRunConfig", "SFTConfig",
     "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection", "config_hash",
     "load_config", "merged", "read_yaml_mapping",

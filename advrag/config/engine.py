@@ -28,7 +28,7 @@ class TrainConfig(Strict):
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
     max_seq_len: int = Field(2048, ge=2, description="Tokens kept per trajectory (tail cut).")
     ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per batch of rollouts.")
-    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below: 1 − clip_low.")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below: 1 − clip_low.")
     clip_high: float = Field(
         0.2, ge=0, description="PPO ratio clip above: 1 + clip_high (DAPO: 0.28)."
     )

@@ -7,7 +7,7 @@ recipe: a few dozen held-out questions of the offline world with SmolLM2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -22,16 +22,16 @@ class WorldSection(Strict):
 
     out_dir: Path = Field(Path("data/world"), description="Where the world's jsonl files go.")
     seed: int = Field(13, description="Generator seed; the same seed gives the same world.")
-    n_train: int = Field(500, description="Training questions.")
-    n_dev: int = Field(100, description="Development questions.")
-    n_test: int = Field(100, description="Held-out test questions.")
+    n_train: int = Field(500, ge=1, description="Training questions.")
+    n_dev: int = Field(100, ge=1, description="Development questions.")
+    n_test: int = Field(100, ge=1, description="Held-out test questions.")
 
 
 class DataConfig(Strict):
     """The data plane: build the world, gate it, version it, index it."""
 
     raw_dir: Path = Field(Path("data"), description="Raw inputs tracked by data.dvc.")
-    world: WorldSection = Field(default_factory=WorldSection)
+    world: WorldSection = Field(default_factory=WorldSection, description="The generated world.")
     extra_files: list[Path] = Field(
         default_factory=list, description="More QA jsonl/parquet files to gate with the world."
     )
@@ -57,15 +57,16 @@ class BenchmarkConfig(Strict):
         description="'world' (the offline world), a standard name (nq, hotpotqa, …) or a file path.",
     )
     split: str = Field("test", description="Split to evaluate.")
-    limit: int | None = Field(32, description="Evaluate only the first N questions per dataset.")
+    limit: int | None = Field(32, ge=1, description="Evaluate only the first N questions per "
+                              "dataset; null = all.")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index built by `dvc repro`.")
     retriever: Literal["dense", "bm25"] = Field("dense", description="Retriever kind.")
     retriever_url: str | None = Field(None, description="Use a running retrieval server instead.")
-    topk: int = Field(3, description="Passages per search.")
-    max_turns: int = Field(2, description="Maximum search/dialogue turns per question.")
-    max_new_tokens: int = Field(80, description="Token budget per generation call.")
-    batch_size: int = Field(32, description="Questions that advance together.")
+    topk: int = Field(3, ge=1, description="Passages per search.")
+    max_turns: int = Field(2, ge=1, description="Maximum search/dialogue turns per question.")
+    max_new_tokens: int = Field(80, ge=1, description="Token budget per generation call.")
+    batch_size: int = Field(32, ge=1, description="Questions that advance together.")
     datasets_root: Path = Field(Path("data/benchmarks"), description="Where standard QA files live.")
     experiment: str = Field("advrag-benchmark", description="MLflow experiment name.")
     seed: int = Field(0, description="Seed for sampling and bootstrap intervals.")
@@ -74,8 +75,9 @@ class BenchmarkConfig(Strict):
 class DemoConfig(Strict):
     """`make demo`: prepare the data, then benchmark."""
 
-    data: DataConfig = Field(default_factory=DataConfig)
-    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
+    data: DataConfig = Field(default_factory=DataConfig, description="World, gate and DVC stages.")
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig,
+                                       description="Methods × datasets to evaluate.")
 
 
 class WarmupSection(Strict):
@@ -195,7 +197,7 @@ class AdversarialRLConfig(RLRunConfig):
     lam: float = Field(0.5, ge=0, description="λ of eq. 5: weight of the beat-the-other bonus.")
     n_bins: int = Field(10, ge=1, description="n of eq. 5: F1 buckets of bin(·).")
     delta: float = Field(0.1, ge=0, description="δ: entropy change treated as flat (eq. 8).")
-    pattern_scores: dict[str, float] = Field(
+    pattern_scores: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: {"D": 1.0, "ID": 0.8, "F": 0.6, "DI": 0.4, "I": 0.2},
         description="Impact score of each entropy pattern (the paper's table).",
     )
@@ -233,8 +235,10 @@ class AdversarialRLConfig(RLRunConfig):
         if self.verifier_model is not None and self.warmup is not None:
             raise ValueError("the warm-up makes one start model for both agents: set warmup: null "
                              "to start the verifier from verifier_model")
-        if "group_size" in self.optim.model_fields_set or "group_size" in self.verifier_optim:
+        if self.group_size != self.optim.group_size and "group_size" in self.optim.model_fields_set \
+                or "group_size" in self.verifier_optim:
             raise ValueError("set group_size at the top level, not in optim (both agents share it)")
+        self.optim = self.optim.model_copy(update={"group_size": self.group_size})
         TrainConfig.model_validate(self.optim.model_dump() | self.verifier_optim)
         if set(self.pattern_scores) != set(ARR_PATTERNS):
             raise ValueError(f"pattern_scores needs exactly the patterns {list(ARR_PATTERNS)}")
@@ -261,7 +265,8 @@ class NightlyConfig(Strict):
         description="Training; its `evaluate` is the promotion gate's evaluation set (the "
         "candidate is benchmarked on it, and the champion too when its results are on other questions).",
     )
-    promotion: PromotionSection = Field(default_factory=PromotionSection)
+    promotion: PromotionSection = Field(default_factory=PromotionSection,
+                                        description="The registry promotion gate.")
 
     @model_validator(mode="after")
     def _gate_has_evidence(self) -> NightlyConfig:

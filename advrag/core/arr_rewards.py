@@ -25,6 +25,9 @@ authors' released code differs from it, the paper wins):
   ``advrag.core.metrics``); a gold that normalises to "" is never contained.
 - Clarity is per verifier action (its entropy and its text), so eq. 9 can give
   each critique action its own ``A_proc``: see ``verifier_token_advantages``.
+  An action's entropy and tokens are its content's, not its tag markup's (as
+  in the authors' release). An action with no kept tokens (cut by
+  ``max_seq_len``) has no clarity: NaN, left out rather than read as 0.
 """
 
 from __future__ import annotations
@@ -103,7 +106,10 @@ def clarity(mean_entropy: float, gold_in_docs: bool, gold_in_action: bool) -> fl
     ``+exp(−H̄)`` when the documents hold the gold and the verifier's action
     keeps it, ``−exp(−H̄)`` when the action drops it, 0 when the documents
     lack it (retrieval failed, so the verifier is neither credited nor blamed).
+    NaN when ``mean_entropy`` is NaN (an action with no kept tokens has no clarity).
     """
+    if math.isnan(float(mean_entropy)):
+        return math.nan
     if not gold_in_docs:
         return 0.0
     return math.exp(-float(mean_entropy)) * (1.0 if gold_in_action else -1.0)

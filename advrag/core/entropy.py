@@ -14,7 +14,9 @@ How this departs from the paper:
 - The δ comparisons carry an absolute tolerance of 1e-9, so a change written
   as exactly ±δ in decimals (1.0 → 1.1 with δ = 0.1, which floats make
   0.10000000000000009) is Flat, as the paper's inclusive "otherwise" intends.
-- An action with no tokens has mean entropy 0.0 rather than 0/0.
+- An action with no kept tokens (cut by ``max_seq_len``) has no mean entropy
+  (NaN). It is left out of the trend, never read as 0.0: the caller drops it
+  (``agents.arr_scoring.per_turn_means``) and ``entropy_pattern`` refuses NaN.
 - ``PATTERN_SCORES`` is the paper's table; the authors' released code uses a
   different one. Pass ``scores=`` to use another table.
 """
@@ -22,6 +24,7 @@ How this departs from the paper:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
@@ -52,10 +55,13 @@ def entropy_pattern(values: Sequence[float], delta: float) -> str:
     least one decrease is "D"; no decrease and at least one increase is "I";
     an increase then a decrease is "ID"; a decrease then an increase is "DI";
     all flat is "F". Two values give one step (so "D", "I" or "F"); one value
-    or none is "F". ``delta`` must be >= 0.
+    or none is "F". ``delta`` must be >= 0; a NaN value (an action with no
+    kept tokens) is an error: leave it out before calling.
     """
     if delta < 0:
         raise ValueError(f"delta must be >= 0, got {delta}")
+    if any(math.isnan(float(v)) for v in values):
+        raise ValueError(f"NaN entropy in {list(values)}: drop actions with no kept tokens")
     last = [float(v) for v in values[-3:]]
     trends = [_trend(b - a, delta) for a, b in itertools.pairwise(last)]
     if trends == [1, -1]:
@@ -84,9 +90,10 @@ def mean_token_entropy(entropies: torch.Tensor, mask: torch.Tensor) -> torch.Ten
         mask: which tokens belong to the action (bool or 0/1), shape ``(..., seq)``.
 
     Returns:
-        Mean over the last dimension, shape ``(...)``; 0.0 for an action with
+        Mean over the last dimension, shape ``(...)``; NaN for an action with
         no tokens. Unmasked positions are ignored even if they hold NaN/inf.
     """
     mask = mask.bool()
     total = torch.where(mask, entropies, torch.zeros_like(entropies)).sum(dim=-1)
-    return total / mask.sum(dim=-1).clamp(min=1).to(entropies.dtype)
+    count = mask.sum(dim=-1).to(entropies.dtype)
+    return torch.where(count > 0, total / count.clamp(min=1), torch.nan)

@@ -22,10 +22,9 @@ from advrag.retrieval.base import Retriever
 
 
 def agent_configs(config: AdversarialRLConfig) -> dict[str, TrainConfig]:
-    """Each agent's optimiser: ``optim`` (+ ``verifier_optim`` for the verifier), group size G."""
-    shared = {**config.optim.model_dump(), "group_size": config.group_size}
-    return {"reasoner": TrainConfig(**shared),
-            "verifier": TrainConfig(**(shared | config.verifier_optim))}
+    """Each agent's optimiser: ``optim`` (its group size is G), + ``verifier_optim`` for the verifier."""
+    return {"reasoner": config.optim,
+            "verifier": TrainConfig.model_validate(config.optim.model_dump() | config.verifier_optim)}
 
 
 class ArrRecipe(Recipe):
