@@ -11,7 +11,7 @@ from advrag.tasks import data, tracking
 
 @flow(name="benchmark", log_prints=True)
 def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benchmark") -> dict:
-    """Methods × datasets → EM/F1 with bootstrap CIs, predictions, table and plot."""
+    """Methods × datasets → EM/F1 with bootstrap CIs → predictions on disk → MLflow (table, plot)."""
     tracking.configure()
     version = data.data_version()
     tags = {"data.version": version["digest"], "flow": "benchmark", "model": config.model}
@@ -19,15 +19,16 @@ def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benc
         "config": config.model_dump(mode="json"), "data": version}, tags=tags) as run_id:
         generators = bench.load_generator(config)
         retriever = bench.load_retriever(config) if needs_retrieval(config) else None
-        results = {}
-        for dataset in config.datasets:
-            records = bench.load_questions(dataset, config)
+        results, out = {}, config.predictions_dir / run_id
+        for name, source in config.dataset_specs():
+            records = bench.load_questions(source, config)
             for method in config.methods:
-                rows = bench.evaluate(method, dataset, records, generators, retriever, config)
-                results[(method, dataset)] = bench.log_method_results(
-                    run_id, method, dataset, rows, config.seed)
-        table = bench.log_results_table(run_id, results)
-    print(table)
+                rows = bench.evaluate(method, name, records, generators, retriever, config)
+                results[(method, name)] = bench.save_method_results(out, method, name, rows,
+                                                                    config.seed)
+        table = bench.write_results_table(out, results)
+        print(table)
+        bench.log_results(run_id, out, results, table)
     return {"run_id": run_id, "results": results, "table": table}
 
 

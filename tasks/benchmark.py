@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
+from advrag.common.fileio import atomic_write_text
 from advrag.config import BenchmarkConfig
 from advrag.datasets.records import QARecord
 from advrag.evaluation import methods, reports, scoring
@@ -72,23 +74,50 @@ def evaluate(method: str, dataset: str, records: list[QARecord], generators: Gen
 
 
 @task(cache_policy=NO_CACHE)
-def log_method_results(run_id: str, method: str, dataset: str, rows: list[dict],
-                       seed: int) -> dict[str, float]:
-    """Per-example table and summary metrics of one (method, dataset)."""
+def save_method_results(out_dir: Path, method: str, dataset: str, rows: list[dict],
+                        seed: int) -> dict[str, float]:
+    """Summarise one (method, dataset) and write rows + summary to ``out_dir/dataset/method.json``.
+
+    Runs before anything is logged, so a tracking failure never loses an evaluation.
+    """
     summary = scoring.summarize(rows, seed=seed)
-    tracking.log_metrics(run_id, {f"{dataset}/{method}/{k}": v for k, v in summary.items()})
-    tracking.log_table(run_id, rows, f"predictions/{dataset}/{method}.json")
+    payload = json.dumps({"method": method, "dataset": dataset, "summary": summary,
+                          "rows": rows}, indent=1, default=str)
+    atomic_write_text(out_dir / dataset / f"{method}.json", [payload])
     return summary
 
 
 @task(cache_policy=NO_CACHE)
-def log_results_table(run_id: str, results: dict[tuple[str, str], dict[str, float]]) -> str:
-    """Averages over datasets per method, the markdown table and the bar plot."""
+def write_results_table(out_dir: Path, results: dict[tuple[str, str], dict[str, float]]) -> str:
+    """The markdown results table, also written to ``out_dir/results.md``."""
+    table = reports.results_markdown(results)
+    atomic_write_text(out_dir / "results.md", [table])
+    return table
+
+
+@task(cache_policy=NO_CACHE)
+def log_results(run_id: str, out_dir: Path, results: dict[tuple[str, str], dict[str, float]],
+                table: str) -> None:
+    """Metrics, per-question tables, averages per method, the table and the bar plot to MLflow.
+
+    A failure names where the evaluation's files are (the run is then marked failed).
+    """
+    try:
+        for (method, dataset), summary in results.items():
+            tracking.log_metrics(run_id, {f"{dataset}/{method}/{k}": v for k, v in summary.items()})
+            rows = json.loads((out_dir / dataset / f"{method}.json").read_text())["rows"]
+            tracking.log_table(run_id, rows, f"predictions/{dataset}/{method}.json")
+        log_averages(run_id, results)
+        tracking.log_text(run_id, table, "results.md")
+        tracking.log_figure(run_id, reports.results_figure(results), "results.png")
+    except Exception as err:
+        raise RuntimeError(f"logging the benchmark to MLflow failed ({type(err).__name__}: "
+                           f"{err}); its predictions, summaries and table are in {out_dir}") from err
+
+
+def log_averages(run_id: str, results: dict[tuple[str, str], dict[str, float]]) -> None:
+    """EM and F1 of each method averaged over the datasets (``avg/<method>/em|f1``)."""
     for method in {m for m, _ in results}:
         per_dataset = [s for (m, _), s in results.items() if m == method]
         averages = {k: sum(s[k] for s in per_dataset) / len(per_dataset) for k in ("em", "f1")}
         tracking.log_metrics(run_id, {f"avg/{method}/{k}": v for k, v in averages.items()})
-    table = reports.results_markdown(results)
-    tracking.log_text(run_id, table, "results.md")
-    tracking.log_figure(run_id, reports.results_figure(results), "results.png")
-    return table

@@ -11,12 +11,18 @@ One episode per question; all unfinished questions advance together. A turn is:
 3. The Reasoner receives ``<feedback>`` = the selected document's line ("env")
    + the verifier's response ("peer").
 
-After ``max_turns`` turns, reasoners without an answer get ``FORCE_ANSWER_HINT``
-and one forced generation (answer read leniently, None if missing) — the same
-rule as the single-agent loop. Then the Verifier gets each reasoner's last
-output in ``<information>`` and writes ``<verify>`` + ``<final_answer>`` (one
-call over all items), and the Final Predictor (the *reasoner* generator, as in
-the paper) reads the labelled transcript and answers (one call).
+``max_turns`` = T counts reasoner messages, the answer included, as the
+paper's steps do (a step is one reasoner and one verifier action; the last
+one is (think, answer)): the reasoner speaks at most T times. Its T-th message,
+if it has not answered yet, is a forced answer: ``FORCE_ANSWER_HINT`` then one
+generation stopping at ``</answer>`` (answer read leniently, None if missing),
+with no search after it. Then the Verifier gets each reasoner's last output in
+``<information>`` and writes ``<verify>`` + ``<final_answer>`` (one call over
+all items), and the Final Predictor (the *reasoner* generator, as in the
+paper) reads the whole dialogue τ as a labelled transcript and answers (one
+call). The transcript (``Dialogue.messages``) holds, in order, every reasoner
+and verifier message, all documents each search returned (what the verifier
+judged), and the document forwarded to the reasoner.
 
 Malformed output never stops a dialogue (fallbacks):
 - reasoner output with no usable action: ``INVALID_ACTION_HINT`` ("env"), next turn;
@@ -33,8 +39,11 @@ Malformed output never stops a dialogue (fallbacks):
 Format errors are counted per message in each Trajectory's ``format_errors``.
 The verifier's "policy" segments are, in order, one per ``RetrievalStep`` and
 then the final verification, so training code can find the critique tokens.
-How this departs from the paper: the transcript format given to the Final
-Predictor and the forced last answer are our choices (the paper is silent).
+How this departs from the paper (silent on these points): the transcript
+format given to the Final Predictor is ours, and it leaves out the hints the
+environment gives the reasoner (invalid action, forced answer, no feedback);
+the forced last answer is ours. Unlike the single-agent loop (T searches, then
+a forced answer), the forced answer here is inside the T turns.
 """
 
 from __future__ import annotations
@@ -84,8 +93,9 @@ class RetrievalStep:
 class Dialogue:
     """One question's ARR episode: both agents' trajectories, the final predictor, the steps.
 
-    ``messages`` is the transcript as (speaker, text), speaker in
-    {"Reasoner", "Verifier", "Document"}; it is what the Final Predictor reads.
+    ``messages`` is the transcript as (speaker, text), speaker in {"Reasoner",
+    "Search results", "Verifier", "Selected document"}; it is what the Final
+    Predictor reads.
     """
 
     question: str
@@ -204,7 +214,7 @@ def _apply_verifier_step(
     d.verifier.format_errors += int(malformed)
     doc_line = None if selected is None else format_doc(selected + 1, passages[selected])
     if doc_line is not None:
-        d.messages.append(("Document", doc_line))
+        d.messages.append(("Selected document", doc_line))
         d.reasoner.retrieved_ids.append(passages[selected].id)
     d.steps.append(
         RetrievalStep(
@@ -232,7 +242,9 @@ def _verify_searches(
         d = dialogues[i]
         d.reasoner.n_searches += 1
         d.verifier.retrieved_ids.extend(p.id for p in passages)
-        _send_information(d, _last_reasoner_output(d), format_docs(passages))
+        docs = format_docs(passages)
+        _send_information(d, _last_reasoner_output(d), docs)
+        d.messages.append(("Search results", docs))
     outputs = verifier.generate(
         [dialogues[i].verifier.text for i in results],
         max_new_tokens=max_new_tokens,
@@ -243,7 +255,7 @@ def _verify_searches(
 
 
 def _force_answers(dialogues: list[Dialogue], reasoner: TextGenerator, max_new_tokens: int) -> None:
-    """One forced reasoner generation for items without an answer after the last turn."""
+    """The last turn of items without an answer: the hint, then one forced generation."""
     pending = [d for d in dialogues if d.reasoner.answer is None]
     if not pending:
         return
@@ -309,15 +321,19 @@ def run_arr_dialogue(
 ) -> list[Dialogue]:
     """Run ARR dialogues for all questions together; ``reasoner`` and ``verifier`` may be one object.
 
-    See the module docstring for the turn structure, batching and fallbacks.
+    ``max_turns`` (>= 1) bounds the reasoner's messages, the forced answer
+    included. See the module docstring for the turn structure, batching and
+    fallbacks.
     """
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     dialogues = [Dialogue(q) for q in questions]
     if not dialogues:
         return []
     for d in dialogues:
         d.reasoner.add(reasoner.chat_prompt(arr_reasoner_prompt(d.question)), "prompt")
         d.verifier.add(verifier.chat_prompt(arr_verifier_prompt(d.question)), "prompt")
-    for turn in range(max_turns):
+    for turn in range(max_turns - 1):  # free turns; the T-th is the forced answer
         active = [i for i, d in enumerate(dialogues) if d.reasoner.answer is None]
         if not active:
             break

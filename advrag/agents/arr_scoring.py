@@ -7,20 +7,28 @@ Pure episode logic over ``advrag.agents.arr.Dialogue``; the math is
    reasoner's ``<answer>`` (y_r) and the verifier's ``<final_answer>`` (y_v) —
    minus ``format_penalty`` once if that agent broke the tag grammar.
 2. The tokens of chosen actions: ``split_actions`` cuts each "policy" segment
-   at the spans of the named tags (verifier critiques ``verify``/``response``;
-   the reasoner's monitored ``think``), so every action is a segment of its
-   own and tokenises to exactly its own tokens (``Batch.segment_ids`` then maps
-   tokens to actions).
+   around the content of the named tags (verifier critiques ``verify``/
+   ``response``; the reasoner's monitored ``think``), so every action's
+   content is a segment of its own and tokenises to exactly its own tokens
+   (``Batch.segment_ids`` then maps tokens to actions).
 3. What clarity (eq. 7) looks at per verifier action: the documents of its
    step (``verifier_turn_docs``) and the action's text.
 
 How this departs from the paper (which does not say):
 
-- An action's span includes its tag markup (``<response>…</response>``), so
-  the process advantage and the mean entropy cover those tokens too; gold
-  containment is checked on the inner text only. An unclosed tag is an action
-  up to the next tag or the end of the message (what the dialogue acts on).
-  Nested tags: only the outermost span counts.
+- An action is its content, the raw text between the tags, as in the authors'
+  release: for ``<response>text</response>`` only the tokens of ``text`` get
+  a mean entropy and the process advantage. The markup stays policy text
+  (loss-mask 1, outcome advantage) outside every action, so a negative
+  clarity does not push against writing the tag. Gold containment is checked
+  on the stripped content. An unclosed tag's content runs to the next tag or
+  the end of the message (what the dialogue acts on); a tag with empty
+  content is no action (it has no token to score). Nested tags: only the
+  outermost span counts.
+- An action with no kept tokens (cut by ``max_seq_len``) has a NaN mean
+  entropy (``core.actions.action_means``): ``per_turn_means`` leaves it out
+  of the per-turn means behind impact (eq. 8), ``action_clarities`` gives it
+  NaN clarity, and ``core.actions.excluded_actions`` counts it.
 - Cutting a segment at tag boundaries re-tokenises the boundaries; as in
   ``engines.local.tokenize`` the old, reference and new log-probs are all
   computed on these ids, so the ratio is unaffected.
@@ -32,6 +40,7 @@ How this departs from the paper (which does not say):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -73,10 +82,18 @@ def _outermost(tags: Sequence[Tag], names: set[str]) -> list[Tag]:
     return kept
 
 
-def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajectory:
-    """Cut every "policy" segment at the spans of the tags in ``names`` (case-insensitive).
+def _content_span(text: str, tag: Tag) -> tuple[int, int]:
+    """``(start, end)`` of the tag's content in ``text``: after its opening tag's ``>``."""
+    start = text.index(">", tag.start) + 1  # a tag token holds no ">" before its end
+    return start, start + len(tag.content)
 
-    Other segments are kept as they are. Never raises on malformed text.
+
+def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajectory:
+    """Cut every "policy" segment around the content of the tags in ``names`` (case-insensitive).
+
+    Each non-empty content becomes an action segment; the markup and the text
+    between actions stay policy segments outside any action. Other segments
+    are kept as they are. Never raises on malformed text.
     """
     wanted = {n.lower() for n in names}
     segments: list[Segment] = []
@@ -96,10 +113,13 @@ def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajecto
             continue
         cursor = 0
         for tag in _outermost(extract_tags(segment.text), wanted):
-            emit(segment.text[cursor : tag.start], -1)
+            if not tag.content:
+                continue
+            start, end = _content_span(segment.text, tag)
+            emit(segment.text[cursor:start], -1)
             actions.append(ActionSpan(turn, tag.name, tag.content.strip()))
-            emit(segment.text[tag.start : tag.end], len(actions) - 1)
-            cursor = tag.end
+            emit(segment.text[start:end], len(actions) - 1)
+            cursor = end
         emit(segment.text[cursor:], -1)
         turn += 1
     return SplitTrajectory(replace(trajectory, segments=segments), segment_action, actions)
@@ -174,12 +194,13 @@ def per_turn_means(
 ) -> dict[int, float]:
     """Mean of ``values`` (one per action) over the actions called ``name``, per turn.
 
-    Turns without such an action are absent. Used for the reasoner's per-turn
-    think entropy (impact, eq. 8) and the entropy-trajectory plots.
+    A NaN value (an action with no kept tokens) is left out; turns without
+    such an action, or with only NaN ones, are absent. Used for the reasoner's
+    per-turn think entropy (impact, eq. 8) and the entropy-trajectory plots.
     """
     sums: dict[int, list[float]] = {}
     for action, value in zip(actions, values, strict=True):
-        if action.name == name:
+        if action.name == name and not math.isnan(value):
             sums.setdefault(action.turn, []).append(float(value))
     return {turn: sum(v) / len(v) for turn, v in sorted(sums.items())}
 
@@ -192,9 +213,12 @@ def action_clarities(
 ) -> list[float]:
     """Eq. 7 per verifier action: ``exp(−H̄)·1[gold in its step's docs]·(2·1[gold in action] − 1)``.
 
+    An action with no kept tokens (NaN mean entropy) gets NaN: it has no clarity.
+
     Args:
         actions: the verifier's critique actions (``split_actions``).
-        mean_entropies: each action's mean token entropy under the sampling policy.
+        mean_entropies: each action's mean token entropy under the sampling policy
+            (``core.actions.action_means``).
         turn_docs: documents per verifier message (``verifier_turn_docs``).
         golds: the question's gold answers.
     """

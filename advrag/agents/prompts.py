@@ -11,9 +11,9 @@
   * the Final Predictor's sentence reads "directly answer the question between
     without detailed illustrations" in the extraction (the tags were lost);
     we restore "between <answer> and </answer>", which our parser reads;
-  * the dialogue is inserted on a new line as a labelled transcript (see
-    ``render_dialogue`` in ``advrag.agents.arr``); the paper does not say how
-    it is serialised.
+  * the whole dialogue (every agent message and all retrieved documents) is
+    inserted on a new line as a labelled transcript (see ``render_dialogue``
+    in ``advrag.agents.arr``); the paper does not say how it is serialised.
 - CoT (no retrieval) and naive RAG (top-k documents, then answer) baselines.
 """
 

@@ -6,6 +6,7 @@ recipe: a few dozen held-out questions of the offline world with SmolLM2.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -15,6 +16,28 @@ from advrag.config.base import Strict
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
+
+QA_SUFFIXES = (".jsonl", ".json", ".parquet")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def dataset_spec(entry: str | dict[str, str]) -> tuple[str, str]:
+    """``(name, source)`` of a ``datasets`` entry: metric names and artifact paths use ``name``.
+
+    A file path is named by its stem (characters MLflow refuses become ``_``);
+    ``{name: path}`` names it explicitly; 'world' and standard names name themselves.
+    """
+    if isinstance(entry, dict):
+        if len(entry) != 1:
+            raise ValueError(f"datasets: {entry!r} must map one name to one path, e.g. "
+                             "{my_qa: /data/my_qa/test.jsonl}")
+        ((name, source),) = entry.items()
+        if not SAFE_NAME.match(name):
+            raise ValueError(f"datasets: name {name!r} may use only letters, digits, '_', '-', '.'")
+        return name, source
+    if Path(entry).suffix in QA_SUFFIXES or "/" in entry:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", Path(entry).stem) or "dataset", entry
+    return entry, entry
 
 
 class WorldSection(Strict):
@@ -52,9 +75,10 @@ class BenchmarkConfig(Strict):
         default_factory=lambda: ["cot", "naive_rag", "search_r1", "arr"],
         description="Methods to evaluate, in order.",
     )
-    datasets: list[str] = Field(
+    datasets: list[str | dict[str, str]] = Field(
         default_factory=lambda: ["world"],
-        description="'world' (the offline world), a standard name (nq, hotpotqa, …) or a file path.",
+        description="'world' (the offline world), a standard name (nq, hotpotqa, …), a file path "
+        "(named by its file stem in metrics and artifacts) or {name: path}; names are unique.",
     )
     split: str = Field("test", description="Split to evaluate.")
     limit: int | None = Field(32, ge=1, description="Evaluate only the first N questions per "
@@ -70,6 +94,24 @@ class BenchmarkConfig(Strict):
     datasets_root: Path = Field(Path("data/benchmarks"), description="Where standard QA files live.")
     experiment: str = Field("advrag-benchmark", description="MLflow experiment name.")
     seed: int = Field(0, description="Seed for sampling and bootstrap intervals.")
+    predictions_dir: Path = Field(
+        Path(".cache/advrag/predictions"), description="Per-question predictions and summaries "
+        "are written here (<run id>/<dataset>/<method>.json) before anything is logged to MLflow.",
+    )
+
+    @model_validator(mode="after")
+    def _dataset_names(self) -> BenchmarkConfig:
+        """Every dataset entry parses to a name, and no two share one."""
+        names = [name for name, _ in self.dataset_specs()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"datasets: the name(s) {repeated} are used twice; give one of them "
+                             "its own name with the {name: path} form")
+        return self
+
+    def dataset_specs(self) -> list[tuple[str, str]]:
+        """``(name, source)`` per dataset entry, in order (see ``dataset_spec``)."""
+        return [dataset_spec(entry) for entry in self.datasets]
 
 
 class DemoConfig(Strict):

@@ -22,8 +22,9 @@ agents writing the messages above and the real retriever answering the
 searches, so their segment layout (prompts, documents, peer messages, forced
 answer hints) is exactly that of real rollouts. A dialogue is kept only when
 each hop's fact is in a retrieved document the verifier could select and the
-whole dialogue parsed without a format error; chains longer than
-``max_turns`` are skipped.
+whole dialogue parsed without a format error. ``max_turns`` counts the
+reasoner's messages, the answer included (``run_arr_dialogue``), so a chain
+of n hops needs n + 1 turns: chains of ``max_turns`` hops or more are skipped.
 """
 
 from __future__ import annotations
@@ -141,9 +142,10 @@ def build_arr_demonstrations(
     Args:
         chat_prompt: renders a user message with the policy's chat template
             (``TextGenerator.chat_prompt``), so prompts match the rollouts'.
-        topk, max_turns: the rollouts' settings; longer chains are skipped.
+        topk, max_turns: the rollouts' settings; chains of ``max_turns`` hops or
+            more (no turn left to answer) are skipped.
     """
-    usable = [r for r in records if 0 < len(r.metadata.get("chain") or []) <= max_turns]
+    usable = [r for r in records if 0 < len(r.metadata.get("chain") or []) < max_turns]
     agents = _Scripted(usable, chat_prompt)
     dialogues = run_arr_dialogue([r.question for r in usable], agents, agents, retriever,
                                  max_turns=max_turns, topk=topk, max_new_tokens=1)
