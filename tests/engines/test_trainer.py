@@ -266,3 +266,26 @@ def test_cpu_bf16_autocast_trains_and_stays_close_to_fp32(tiny_policy_dir):
     metrics = trainer.update(_trajectories(), SCORES, GROUPS).metrics
     assert all(math.isfinite(v) for v in metrics.values())
     assert any(not torch.equal(before[n], p) for n, p in _params(trainer).items())
+
+
+def test_update_returns_the_sampling_entropy_it_measured(tiny_policy_dir):
+    trainer = _trainer(tiny_policy_dir)
+    batch = trainer.encode(_trajectories())
+    _, expected = trainer.policy.logprobs(batch, micro_batch_size=4, with_entropy=True)
+    result = trainer.update(_trajectories(), SCORES, GROUPS)  # measured before the step
+    assert torch.equal(result.batch.input_ids, batch.input_ids)
+    assert torch.allclose(result.entropy, expected)
+    mask = result.batch.loss_mask
+    assert result.metrics["entropy"] == pytest.approx(float(result.entropy[mask].mean()), rel=1e-6)
+
+
+def test_prepared_advantages_can_be_changed_before_learning(tiny_policy_dir):
+    """A recipe adds its own term between prepare and learn (ARR's process advantage)."""
+    plain, shifted = _trainer(tiny_policy_dir), _trainer(tiny_policy_dir)
+    inputs = shifted.prepare(_trajectories(), SCORES, GROUPS)
+    inputs.advantages = inputs.advantages + torch.where(inputs.batch.loss_mask, 1.0, 0.0)
+    moved = shifted.learn(inputs).metrics["pg_loss"]
+    # on the first step the ratio is 1, so the PPO loss is −(token mean of A): +1 on every
+    # policy token lowers it by exactly 1
+    base = plain.update(_trajectories(), SCORES, GROUPS).metrics["pg_loss"]
+    assert moved == pytest.approx(base - 1.0, abs=1e-5)
