@@ -88,7 +88,8 @@ class BenchmarkConfig(Strict):
     retriever: Literal["dense", "bm25"] = Field("dense", description="Retriever kind.")
     retriever_url: str | None = Field(None, description="Use a running retrieval server instead.")
     topk: int = Field(3, ge=1, description="Passages per search.")
-    max_turns: int = Field(2, ge=1, description="Maximum search/dialogue turns per question.")
+    max_turns: int = Field(2, ge=1, description="Search-R1: searches per question (then a forced "
+                           "answer); ARR: reasoner messages per dialogue, the answer included.")
     max_new_tokens: int = Field(80, ge=1, description="Token budget per generation call.")
     batch_size: int = Field(32, ge=1, description="Questions that advance together.")
     datasets_root: Path = Field(Path("data/benchmarks"), description="Where standard QA files live.")
@@ -234,7 +235,8 @@ class AdversarialRLConfig(RLRunConfig):
     )
     steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
     group_size: int = Field(4, ge=1, description="Dialogues G per question (GRPO group; paper 5).")
-    max_turns: int = Field(2, ge=1, description="Dialogue turns T (paper 5).")
+    max_turns: int = Field(3, ge=1, description="Turns T: reasoner messages per dialogue, the "
+                           "answer included (paper 5); T − 1 searches at most.")
     topk: int = Field(3, ge=1, description="Documents per search (paper 3).")
     lam: float = Field(0.5, ge=0, description="λ of eq. 5: weight of the beat-the-other bonus.")
     n_bins: int = Field(10, ge=1, description="n of eq. 5: F1 buckets of bin(·).")

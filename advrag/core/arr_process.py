@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from advrag.core.actions import action_means
 from advrag.core.advantages import register_advantage_term
 
 
@@ -30,16 +31,6 @@ class ProcessAdvantage:
     mean_entropy: Tensor
     clarity: Tensor
     process: Tensor
-
-
-def _action_sums(values: Tensor, action_ids: Tensor, n_actions: int) -> tuple[Tensor, Tensor]:
-    """Sum of ``values`` and token count per action, ``(batch, n_actions)`` each."""
-    index = action_ids.long() + 1  # column 0 collects the tokens outside actions
-    shape = (values.shape[0], n_actions + 1)
-    values = torch.where(action_ids >= 0, values, 0.0)
-    sums = values.new_zeros(shape).scatter_add(1, index, values)
-    counts = values.new_zeros(shape).scatter_add(1, index, torch.ones_like(values))
-    return sums[:, 1:], counts[:, 1:]
 
 
 @register_advantage_term("arr_process")
@@ -66,9 +57,8 @@ def arr_process_advantages(
         impacts: eq. 8's impact per row, ``(batch,)``.
     """
     n_actions = gold_in_docs.shape[1]
-    sums, counts = _action_sums(entropy.float(), action_ids, n_actions)
-    kept = counts > 0
-    mean_entropy = torch.where(kept, sums / counts.clamp(min=1), torch.nan)
+    mean_entropy = action_means(entropy.float(), action_ids.long(), n_actions)
+    kept = ~mean_entropy.isnan()
     sign = torch.where(gold_in_action.bool(), 1.0, -1.0)
     clarity = torch.exp(-mean_entropy) * gold_in_docs.float() * sign
     process = torch.where(kept, f1_reasoner.float()[:, None] * clarity * impacts.float()[:, None],

@@ -46,7 +46,7 @@ from advrag.retrieval.retriever import load_retriever
 REASONER = TrainConfig(lr=1e-2, warmup_steps=1, total_steps=4, decay="cosine", micro_batch_size=2,
                        max_seq_len=2048, kl_coef=0.01, group_size=2, seed=7)
 VERIFIER = REASONER.model_copy(update={"lr": 5e-3, "decay": "linear"})  # its own schedule
-SETTINGS = AdversarialRLConfig(group_size=2, max_turns=1, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
+SETTINGS = AdversarialRLConfig(group_size=2, max_turns=2, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
 RECORDS_PER_STEP = 1
 VOLATILE = ("time/", "tokens_per_s")  # wall-clock metrics differ between any two runs
 

@@ -15,9 +15,10 @@ from advrag.tasks import tracking
 AGENT_METRICS = {"reward_mean", "reward_std", "em", "f1", "format_errors", "bonus_fraction",
                  "loss", "kl", "grad_norm", "entropy", "lr", "time/rollout_s", "time/score_s",
                  "time/update_s"}
-REASONER_METRICS = {"impact_mean", "monitored_entropy", "searches",
+REASONER_METRICS = {"impact_mean", "monitored_entropy", "searches", "truncated_actions",
                     *(f"pattern_{p}" for p in ("D", "ID", "F", "DI", "I"))}
-VERIFIER_METRICS = {"clarity_mean", "process_adv_mean", "critique_actions", "critique_entropy"}
+VERIFIER_METRICS = {"clarity_mean", "process_adv_mean", "critique_actions", "critique_entropy",
+                    "truncated_actions"}
 SHARED_METRICS = {"final/em", "final/f1", "time/retrieval_s", "time/step_s"}
 
 
@@ -30,7 +31,7 @@ def prefect_server():
 def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> AdversarialRLConfig:
     settings = dict(
         model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, steps=steps,
-        questions_per_step=2, group_size=2, max_turns=1, max_new_tokens=8, checkpoint_every=1,
+        questions_per_step=2, group_size=2, max_turns=2, max_new_tokens=8, checkpoint_every=1,
         optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048, "kl_coef": 0.01},
         checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
         experiment="arr-test", registered_reasoner="tiny-arr-reasoner",

@@ -39,7 +39,7 @@ def policy_texts(trajectory) -> list[str]:
 
 
 def test_two_hop_demonstration_messages_and_layout():
-    (d,) = build_arr_demonstrations([TWO_HOP], KeywordRetriever(CORPUS), chat, topk=2, max_turns=2)
+    (d,) = build_arr_demonstrations([TWO_HOP], KeywordRetriever(CORPUS), chat, topk=2, max_turns=3)
     assert policy_texts(d.reasoner) == [
         "<think> I need the spouse of Leissti Naperkram. </think>\n"
         "<search> Leissti Naperkram spouse </search>",
@@ -63,7 +63,7 @@ def test_two_hop_demonstration_messages_and_layout():
         "<final_answer> diplomat </final_answer>",
     ]
     assert policy_texts(d.final) == ["<answer> diplomat </answer>"]
-    # two hops used both search turns: the loop's forced-answer hint precedes the answer
+    # two hops used both search turns: the last turn's forced-answer hint precedes the answer
     assert FORCE_ANSWER_HINT in [s.text for s in d.reasoner.segments if s.source == "env"]
     assert d.reasoner.retrieved_ids == ["p1", "p2"]  # the selected documents reached the reasoner
 
@@ -85,18 +85,20 @@ def test_demonstrations_have_the_layout_of_a_rollout_with_the_same_messages():
 def test_only_grounded_chains_within_the_turn_budget_are_kept():
     retriever = KeywordRetriever(CORPUS)
     records = [UNGROUNDED, NO_CHAIN, TWO_HOP, ONE_HOP]
-    kept = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=2)
+    kept = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=3)
     assert [d.question for d in kept] == [TWO_HOP.question, ONE_HOP.question]
-    short = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=1)
-    assert [d.question for d in short] == [ONE_HOP.question]  # two hops need two turns
-    assert len(build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=2,
+    # n hops need n + 1 reasoner turns (n searches, then the answer)
+    short = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=2)
+    assert [d.question for d in short] == [ONE_HOP.question]
+    assert build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=1) == []
+    assert len(build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=3,
                                         limit=1)) == 1
     trajectories = demonstration_trajectories(kept)
     assert len(trajectories) == 6 and trajectories[1] is kept[0].verifier
 
 
 def test_demonstrations_earn_full_reward_and_credit_the_grounded_response():
-    (d,) = build_arr_demonstrations([TWO_HOP], KeywordRetriever(CORPUS), chat, topk=2, max_turns=2)
+    (d,) = build_arr_demonstrations([TWO_HOP], KeywordRetriever(CORPUS), chat, topk=2, max_turns=3)
     s = score_dialogue(d, TWO_HOP.golden_answers, lam=0.5, n_bins=10, format_penalty=0.2)
     assert (s.reward_reasoner, s.reward_verifier, s.f1_final) == (1.0, 1.0, 1.0)
     critiques = split_actions(d.verifier, ["verify", "response"]).actions

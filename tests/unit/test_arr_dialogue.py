@@ -111,15 +111,17 @@ def test_final_predictor_sees_the_whole_dialogue():
     (d,) = run_arr_dialogue([HAMLET], reasoner, verifier, KeywordRetriever(CORPUS))
     assert [s for s, _ in d.messages] == [
         "Reasoner",
+        "Search results",
         "Verifier",
-        "Document",
+        "Selected document",
         "Reasoner",
         "Verifier",
     ]
     final_prompt = reasoner.calls[-1][0]  # the final predictor runs on the reasoner generator
     expected = reasoner.chat_prompt(arr_final_predictor_prompt(HAMLET, render_dialogue(d.messages)))
     assert final_prompt == expected == d.final.segments[0].text
-    for text in [R_SEARCH, R_ANSWER, V_SELECT, V_FINAL, format_doc(1, CORPUS[0])]:
+    docs = [format_doc(i + 1, p) for i, p in enumerate(CORPUS[:3])]  # all retrieved documents
+    for text in [R_SEARCH, R_ANSWER, V_SELECT, V_FINAL, *docs]:
         assert text in final_prompt
     assert _sources(d.final) == ["prompt", "policy"]
 
@@ -224,8 +226,8 @@ def test_malformed_reasoner_gets_hint_and_max_turns_forces_answer():
         }
     )
     verifier = ScriptedGenerator({"<search>Hamlet author</search>": V_SELECT})
-    (d,) = run_arr_dialogue([HAMLET], reasoner, verifier, KeywordRetriever(CORPUS), max_turns=2)
-    # turn 1 malformed -> hint; turn 2 searches; turns exhausted -> forced answer
+    (d,) = run_arr_dialogue([HAMLET], reasoner, verifier, KeywordRetriever(CORPUS), max_turns=3)
+    # turn 1 malformed -> hint; turn 2 searches; turn 3 (the last) is the forced answer
     assert reasoner.batch_sizes == [1, 1, 1, 1]
     assert INVALID_ACTION_HINT in _texts(d.reasoner, "env")
     assert FORCE_ANSWER_HINT in _texts(d.reasoner, "env")

@@ -12,7 +12,13 @@ import pytest
 import torch
 from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 
-from advrag.agents.arr import REASONER_STOP, VERIFIER_FINAL_STOP, render_dialogue, run_arr_dialogue
+from advrag.agents.arr import (
+    REASONER_STOP,
+    VERIFIER_FINAL_STOP,
+    VERIFIER_STOP,
+    render_dialogue,
+    run_arr_dialogue,
+)
 from advrag.agents.arr_scoring import action_clarities, per_turn_means, split_actions
 from advrag.agents.prompts import FORCE_ANSWER_HINT, arr_final_predictor_prompt
 from advrag.agents.types import Trajectory
@@ -74,8 +80,8 @@ def test_entropy_mean_and_process_advantage_cover_only_content_tokens():
     # with it verify would be (8·5 + 0.2 + 0.4 + 9·5)/19)
     means = action_means(entropy, ids, 2)
     assert torch.allclose(means, torch.tensor([[0.3, 2.0]]))
-    # eq. 7, gold in the docs: "ab" drops the gold → −e^−0.3; "cde Paris" is not needed:
-    # clarity only reads the sign from the text, so give the response the gold by hand.
+    # eq. 7 with the gold in the step's docs: verify drops it (−e^−0.3), response keeps it
+    # (+e^−2); the gold flags are given by hand, the text check is tested below
     in_docs, in_action = torch.tensor([[True, True]]), torch.tensor([[False, True]])
     base = torch.where(batch.loss_mask, 0.5, 0.0)
     term = arr_process_advantages(base, entropy, ids, batch.loss_mask, in_docs, in_action,
@@ -227,8 +233,7 @@ def test_reasoner_speaks_at_most_max_turns_times(max_turns, searches):
     assert len(retriever.calls) == d.reasoner.n_searches == len(d.steps) == searches
     assert d.reasoner_answer == "forced" and FORCE_ANSWER_HINT in d.reasoner.text
     # the verifier: one message per search step, then the final verification
-    assert verifier.stops == ["</response>",] * 0 + [("</response>",)] * searches + [
-        VERIFIER_FINAL_STOP]
+    assert verifier.stops == [VERIFIER_STOP] * searches + [VERIFIER_FINAL_STOP]
     assert d.verifier.n_turns == searches + 1
 
 

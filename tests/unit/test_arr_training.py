@@ -1,4 +1,4 @@
-"""ARR training pieces: action spans, critique-token masks, dialogue rewards, the update hooks.
+"""ARR training pieces: action spans, critique-token masks, dialogue rewards, entropy → impact.
 
 Bucket edges of ``bin`` and the winner's bonus both ways are pinned in
 ``test_arr_rewards.py``; here they are checked through whole dialogues.
@@ -7,7 +7,6 @@ Bucket edges of ``bin`` and the winner's bonus both ways are pinned in
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 from advrag.agents.arr import Dialogue, RetrievalStep, run_arr_dialogue
 from advrag.agents.arr_scoring import (
     ActionSpan,
+    SplitTrajectory,
     per_turn_means,
     score_dialogue,
     split_actions,
@@ -24,7 +24,9 @@ from advrag.agents.arr_scoring import (
 from advrag.agents.types import Trajectory
 from advrag.config import AdversarialRLConfig, load_config
 from advrag.core.actions import action_means, action_token_ids
-from advrag.engines.local.arr_step import ReasonerEntropyHook, VerifierProcessHook
+from advrag.core.arr_process import arr_process_advantages
+from advrag.core.arr_rewards import gold_in_text, impact
+from advrag.core.entropy import entropy_pattern
 from advrag.engines.local.tokenize import encode_trajectories
 
 HAMLET = "Who wrote Hamlet?"
@@ -67,11 +69,24 @@ def test_split_actions_cuts_policy_segments_at_the_named_tags():
     ]
     policy = [(s.text, a) for s, a in zip(split.trajectory.segments, split.segment_action)
               if s.source == "policy"]
-    assert policy == [(V_VERIFY, 0), ("<selected_doc>Doc 1</selected_doc>", -1), (V_RESPONSE, 1),
-                      (V_FINAL_VERIFY, 2), ("<final_answer>Shakespeare</final_answer>", -1)]
+    # each action is its tag's content; the markup stays policy text outside the actions
+    assert policy == [
+        ("<verify>", -1), ("Good query.", 0),
+        ("</verify><selected_doc>Doc 1</selected_doc><response>", -1),
+        ("Hamlet was written by William Shakespeare.", 1), ("</response>", -1),
+        ("<verify>", -1), ("Supported by Doc 1.", 2),
+        ("</verify><final_answer>Shakespeare</final_answer>", -1)]
     # non-policy segments (prompt, information, the reasoner's words) are untouched
     assert [s for s in split.trajectory.segments if s.source != "policy"] == [
         s for s in d.verifier.segments if s.source != "policy"]
+
+
+def _gold_flags(split: SplitTrajectory, dialogue: Dialogue) -> tuple[torch.Tensor, ...]:
+    """Per critique action: gold in its step's documents, gold in its content; ``(1, A)``."""
+    docs = verifier_turn_docs(dialogue)
+    in_docs = [gold_in_text(GOLD, list(docs[a.turn])) for a in split.actions]
+    in_action = [gold_in_text(GOLD, a.text) for a in split.actions]
+    return torch.tensor([in_docs]), torch.tensor([in_action])
 
 
 def test_process_advantage_touches_exactly_the_critique_tokens(tokenizer):
@@ -80,40 +95,39 @@ def test_process_advantage_touches_exactly_the_critique_tokens(tokenizer):
     batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
     ids = action_token_ids(batch.segment_ids, [split.segment_action])
     row = batch.input_ids[0]
-    for k, span in enumerate([V_VERIFY, V_RESPONSE, V_FINAL_VERIFY]):
-        assert tokenizer.decode(row[ids[0] == k]) == span
+    contents = ["Good query.", "Hamlet was written by William Shakespeare.", "Supported by Doc 1."]
+    for k, content in enumerate(contents):
+        assert tokenizer.decode(row[ids[0] == k]) == content
     outside = batch.loss_mask[0] & (ids[0] < 0)
     assert tokenizer.decode(row[outside]) == (
-        "<selected_doc>Doc 1</selected_doc><final_answer>Shakespeare</final_answer>")
+        "<verify></verify><selected_doc>Doc 1</selected_doc><response></response>"
+        "<verify></verify><final_answer>Shakespeare</final_answer>")
     assert not (ids[0] >= 0)[~batch.loss_mask[0]].any()  # critique ⊆ the verifier's own tokens
 
     base = torch.where(batch.loss_mask, 0.3, 0.0)
-    hook = VerifierProcessHook([split], [d], [GOLD], f1_reasoner=[1.0], impacts=[0.8],
-                               enabled=True)
-    out = hook(batch, base, torch.full(row.shape, 0.5)[None])
+    in_docs, in_action = _gold_flags(split, d)
+    term = arr_process_advantages(base, torch.full(row.shape, 0.5)[None], ids, batch.loss_mask,
+                                  in_docs, in_action, torch.tensor([1.0]), torch.tensor([0.8]))
     e = math.exp(-0.5)
     # clarity: step 0's documents hold the gold; "Good query." drops it → −e, the response
     # keeps it → +e; the final check has no documents → 0. A_proc = F1_r·clarity·impact.
-    assert hook.clarities == [pytest.approx([-e, e, 0.0])]
+    assert term.clarity[0].tolist() == pytest.approx([-e, e, 0.0])
     expected = base.clone()
     expected[ids == 0] += 1.0 * -e * 0.8
     expected[ids == 1] += 1.0 * e * 0.8
-    assert torch.allclose(out, expected, atol=1e-7, rtol=0)
-    assert torch.equal(out != base, (ids == 0) | (ids == 1))
-
-    off = VerifierProcessHook([split], [d], [GOLD], [1.0], [0.8], enabled=False)
-    assert torch.equal(off(batch, base, torch.full(row.shape, 0.5)[None]), base)
-    assert off.clarities == hook.clarities  # still measured, for the metrics
+    assert torch.allclose(term.advantages, expected, atol=1e-7, rtol=0)
+    assert torch.equal(term.advantages != base, (ids == 0) | (ids == 1))
 
 
 def test_wrong_reasoner_answer_gives_no_process_credit(tokenizer):
     d = hamlet_dialogue()
     split = split_actions(d.verifier, ["verify", "response"])
     batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
+    ids = action_token_ids(batch.segment_ids, [split.segment_action])
     base = torch.where(batch.loss_mask, -0.7, 0.0)
-    hook = VerifierProcessHook([split], [d], [GOLD], f1_reasoner=[0.0], impacts=[1.0],
-                               enabled=True)
-    assert torch.equal(hook(batch, base, torch.zeros(batch.input_ids.shape)), base)
+    term = arr_process_advantages(base, torch.zeros(batch.input_ids.shape), ids, batch.loss_mask,
+                                  *_gold_flags(split, d), torch.tensor([0.0]), torch.tensor([1.0]))
+    assert torch.equal(term.advantages, base)
 
 
 def test_score_dialogue_rewards_both_agents_and_the_ablation():
@@ -146,6 +160,7 @@ def test_verifier_beating_the_reasoner_earns_the_bonus_and_broken_grammar_is_pen
     ("<verify>unclosed to the end", [("verify", "unclosed to the end")]),
     ("<response><verify>nested</verify> outer</response>", [("response", "<verify>nested</verify> outer")]),
     ("</response> stray <Verify >odd</verify>", [("verify", "odd")]),
+    ("<verify></verify><response> </response>", [("response", "")]),  # empty content: no action
     ("<response>a</response><response>b", [("response", "a"), ("response", "b")]),
 ])
 def test_split_actions_survives_broken_grammar(text, actions):
@@ -177,8 +192,11 @@ def test_action_token_ids_and_means_by_hand():
     ids = action_token_ids(segment_ids, [[-1, 0, -1], [-1, 1, -1, 0]])
     assert ids.tolist() == [[-1, -1, 0, 0, -1, -1], [-1, 1, 1, -1, 0, 0]]
     values = torch.tensor([[9.0, 9.0, 1.0, 3.0, float("nan"), 0.0], [9.0, 4.0, 6.0, 9.0, 2.0, 2.0]])
-    # row 0: action 0 = mean(1, 3) = 2, action 1 has no tokens → 0; row 1: (2, 2) and (4, 6)
-    assert action_means(values, ids, 2).tolist() == [[2.0, 0.0], [2.0, 5.0]]
+    # row 0: action 0 = mean(1, 3) = 2, action 1 has no tokens → NaN (no mean, not 0);
+    # row 1: (2, 2) and (4, 6)
+    means = action_means(values, ids, 2)
+    assert math.isnan(means[0, 1])
+    assert [means[0, 0].item(), *means[1].tolist()] == [2.0, 2.0, 5.0]
 
 
 def _reasoner_with_thinks(n: int) -> Trajectory:
@@ -194,20 +212,18 @@ def _reasoner_with_thinks(n: int) -> Trajectory:
     ([3.0, 2.0, 1.0], "D", 1.0), ([1.0, 2.0, 1.0], "ID", 0.8), ([1.0, 1.0625, 1.0], "F", 0.6),
     ([2.0, 1.0, 2.0], "DI", 0.4), ([1.0, 2.0, 3.0], "I", 0.2),
 ])
-def test_reasoner_hook_turns_think_entropy_into_impact(tokenizer, values, pattern, score):
+def test_think_entropy_per_turn_gives_impact(tokenizer, values, pattern, score):
     split = split_actions(_reasoner_with_thinks(3), ["think"])
     batch = encode_trajectories([split.trajectory], tokenizer, max_len=4096)
     ids = action_token_ids(batch.segment_ids, [split.segment_action])
-    entropy = torch.full(ids.shape, 7.0)
+    entropy = torch.full(ids.shape, 7.0)  # markup and everything else: 7.0, never averaged in
     for k, value in enumerate(values):
-        entropy[ids == k] = value  # action k is turn k's think
-    hook = ReasonerEntropyHook([split], ["think"])
-    advantages = torch.randn(ids.shape)
-    assert hook(batch, advantages, entropy) is advantages  # the reasoner's advantages are GRPO's
-    assert hook.per_turn == [{"think": dict(enumerate(values))}]
-    impacts, patterns = hook.impacts(delta=0.1, scores={"D": 1.0, "ID": 0.8, "F": 0.6,
-                                                         "DI": 0.4, "I": 0.2})
-    assert impacts == [score] and patterns == Counter({pattern: 1})
+        entropy[ids == k] = value  # action k is turn k's think content
+    means = action_means(entropy, ids, len(split.actions))
+    per_turn = per_turn_means(split.actions, means[0].tolist(), "think")
+    assert per_turn == dict(enumerate(values))
+    assert entropy_pattern(list(per_turn.values()), 0.1) == pattern
+    assert impact(list(per_turn.values()), 0.1) == score
 
 
 def test_per_turn_means_averages_actions_of_a_turn():

@@ -105,9 +105,10 @@ def test_mean_token_entropy_hand_values():
     assert torch.equal(mean_token_entropy(entropies, mask), torch.tensor([2.0, 4.0]))
 
 
-def test_mean_token_entropy_empty_action_is_zero_and_int_mask_ok():
+def test_mean_token_entropy_empty_action_is_nan_and_int_mask_ok():
     entropies = torch.tensor([0.7, 0.9])
-    assert mean_token_entropy(entropies, torch.tensor([0, 0])).item() == 0.0
+    # no tokens: no mean (NaN, left out of trends), not 0.0
+    assert math.isnan(mean_token_entropy(entropies, torch.tensor([0, 0])).item())
     assert math.isclose(
         mean_token_entropy(entropies, torch.tensor([1, 1])).item(), 0.8, rel_tol=1e-6
     )

@@ -65,7 +65,7 @@ from advrag.agents.arr_scoring import (
 )
 from advrag.agents.types import TextGenerator
 from advrag.config import ARR_PATTERNS, AdversarialRLConfig
-from advrag.core.actions import action_means, action_token_ids
+from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
 from advrag.core.arr_process import ProcessAdvantage
 from advrag.core.arr_rewards import bin_value, gold_in_text, impact
@@ -140,11 +140,16 @@ def _action_entropies(batch: Batch, entropy: Tensor,
 
 
 def reasoner_entropies(batch: Batch, entropy: Tensor, splits: Sequence[SplitTrajectory],
-                       names: Sequence[str]) -> list[dict[str, dict[int, float]]]:
-    """Per dialogue, per monitored action name: turn → mean sampling entropy of that action."""
-    means, _ = _action_entropies(batch, entropy, splits)
-    return [{name: per_turn_means(s.actions, m, name) for name in names}
-            for s, m in zip(splits, means)]
+                       names: Sequence[str]) -> tuple[list[dict[str, dict[int, float]]], int]:
+    """Per dialogue, per monitored action name: turn → mean sampling entropy of that action.
+
+    Actions cut away by ``max_seq_len`` have no entropy: they are left out (per
+    ``per_turn_means``) and counted, the second value returned.
+    """
+    means, ids = _action_entropies(batch, entropy, splits)
+    per_turn = [{name: per_turn_means(s.actions, m, name) for name in names}
+                for s, m in zip(splits, means)]
+    return per_turn, int(excluded_actions(ids, [len(s.actions) for s in splits]).sum())
 
 
 def impacts(per_turn: Sequence[Mapping[str, Mapping[int, float]]], names: Sequence[str],
@@ -241,9 +246,10 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     r_update, r_update_s = _timed(lambda: trainers["reasoner"].update(
         [s.trajectory for s in r_splits], [s.reward_reasoner for s in scores],
         [r.id for r in repeated]))
-    (per_turn, (impact_values, patterns)), r_impact_s = _timed(lambda: _with_impacts(
-        reasoner_entropies(r_update.batch, r_update.entropy, r_splits, config.monitored_actions),
-        config))
+    (per_turn, r_truncated), r_entropy_s = _timed(lambda: reasoner_entropies(
+        r_update.batch, r_update.entropy, r_splits, config.monitored_actions))
+    (impact_values, patterns), r_impact_s = _timed(lambda: impacts(
+        per_turn, config.monitored_actions, config.delta, config.pattern_scores))
 
     v_splits, v_split_s = _timed(
         lambda: [split_actions(d.verifier, config.critique_actions) for d in dialogues])
@@ -251,7 +257,7 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         trainers["verifier"], v_splits, dialogues, repeated, scores, impact_values, config))
 
     times |= {
-        "reasoner/time/score_s": r_score_s + r_impact_s,
+        "reasoner/time/score_s": r_score_s + r_entropy_s + r_impact_s,
         "reasoner/time/update_s": r_update_s,
         "verifier/time/score_s": v_split_s,
         "verifier/time/update_s": v_update_s,
@@ -261,18 +267,13 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         _outcome_metrics(dialogues, scores, config)
         | _process_metrics(per_turn, config.monitored_actions, impact_values, patterns, term,
                            v_means, v_splits)
+        | {"reasoner/truncated_actions": float(r_truncated)}
         | {f"reasoner/{k}": v for k, v in r_update.metrics.items()}
         | {f"verifier/{k}": v for k, v in v_metrics.items()}
         | times
         | {"time/step_s": time.perf_counter() - started}
     )
     return ArrStepResult(metrics, _traces(scores, per_turn, v_splits, v_means))
-
-
-def _with_impacts(per_turn, config: AdversarialRLConfig):
-    """``per_turn`` and its impacts and pattern counts."""
-    return per_turn, impacts(per_turn, config.monitored_actions, config.delta,
-                             config.pattern_scores)
 
 
 def _mean(values: Sequence[float]) -> float:
