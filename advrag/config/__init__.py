@@ -8,7 +8,6 @@ the strict base model and the one config hash.
 from advrag.config.base import Strict, config_hash
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.config.flows import (
-    ARR_PATTERNS,
     AdversarialRLConfig,
     BenchmarkConfig,
     DataConfig,
@@ -24,7 +23,7 @@ from advrag.config.flows import (
 from advrag.config.loading import ConfigError, load_config, merged, read_yaml_mapping
 
 __all__ = [
-    "ARR_PATTERNS", "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "DataConfig", "DemoConfig",
+    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "DataConfig", "DemoConfig",
     "LoraSettings", "Method", "NightlyConfig", "PromotionSection", "RLRunConfig", "SFTConfig",
     "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection", "config_hash",
     "load_config", "merged", "read_yaml_mapping",

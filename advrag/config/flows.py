@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from advrag.config.base import Strict
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
+from advrag.core.patterns import PATTERN_SCORES, PATTERNS
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
 
@@ -198,7 +199,6 @@ class TrainFlowConfig(RLRunConfig):
     )
 
 
-ARR_PATTERNS = ("D", "ID", "F", "DI", "I")
 
 
 class AdversarialRLConfig(RLRunConfig):
@@ -242,7 +242,7 @@ class AdversarialRLConfig(RLRunConfig):
     n_bins: int = Field(10, ge=1, description="n of eq. 5: F1 buckets of bin(·).")
     delta: float = Field(0.1, ge=0, description="δ: entropy change treated as flat (eq. 8).")
     pattern_scores: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=lambda: {"D": 1.0, "ID": 0.8, "F": 0.6, "DI": 0.4, "I": 0.2},
+        default_factory=lambda: dict(PATTERN_SCORES),
         description="Impact score of each entropy pattern (the paper's table).",
     )
     critique_actions: list[str] = Field(
@@ -284,8 +284,8 @@ class AdversarialRLConfig(RLRunConfig):
             raise ValueError("set group_size at the top level, not in optim (both agents share it)")
         self.optim = self.optim.model_copy(update={"group_size": self.group_size})
         TrainConfig.model_validate(self.optim.model_dump() | self.verifier_optim)
-        if set(self.pattern_scores) != set(ARR_PATTERNS):
-            raise ValueError(f"pattern_scores needs exactly the patterns {list(ARR_PATTERNS)}")
+        if set(self.pattern_scores) != set(PATTERNS):
+            raise ValueError(f"pattern_scores needs exactly the patterns {list(PATTERNS)}")
         return self
 
 

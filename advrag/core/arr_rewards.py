@@ -4,7 +4,9 @@
 - Process advantage (eq. 6): ``A_proc = F1(y_reasoner)·A_clarity·A_impact``, with
   ``A_clarity = exp(−H̄(a_v))·1[gold ∈ docs]·(2·1[gold ∈ a_v] − 1)`` (eq. 7) and
   ``A_impact`` = mean pattern score of the reasoner's entropy trend (eq. 8).
-- Verifier token advantage (eq. 9): ``Â = A_grpo + 1[token in critique]·A_proc``.
+- Verifier token advantage (eq. 9): ``Â = A_grpo + 1[token in critique]·A_proc`` — on
+  tensors in ``core.arr_process`` (the registered term the ARR step uses); the
+  scalar ``clarity`` and ``process_advantage`` here are its reference, tested equal.
 
 How this departs from the paper (which is otherwise followed; where the
 authors' released code differs from it, the paper wins):
@@ -24,7 +26,7 @@ authors' released code differs from it, the paper wins):
 - "gold in text" is whole-token containment after SQuAD normalisation (as in
   ``advrag.core.metrics``); a gold that normalises to "" is never contained.
 - Clarity is per verifier action (its entropy and its text), so eq. 9 can give
-  each critique action its own ``A_proc``: see ``verifier_token_advantages``.
+  each critique action its own ``A_proc`` (``core.arr_process``).
   An action's entropy and tokens are its content's, not its tag markup's (as
   in the authors' release). An action with no kept tokens (cut by
   ``max_seq_len``) has no clarity: NaN, left out rather than read as 0.
@@ -149,58 +151,3 @@ def impact(
 def process_advantage(f1_reasoner: float, clarity_value: float, impact_value: float) -> float:
     """ARR eq. 6: ``A_proc = F1(y_reasoner)·A_clarity·A_impact``."""
     return float(f1_reasoner) * float(clarity_value) * float(impact_value)
-
-
-def _process_per_token(
-    process_advantages: torch.Tensor,
-    critique_mask: torch.Tensor,
-    critique_action_ids: torch.Tensor | None,
-) -> torch.Tensor:
-    """Each critique token's own ``A_proc``, 0 elsewhere, shape ``(batch, seq)``."""
-    critique_mask = critique_mask.bool()
-    if critique_action_ids is None:
-        if process_advantages.dim() != 1:
-            raise ValueError(
-                "per-action process advantages (batch, n_actions) need critique_action_ids"
-            )
-        per_action = process_advantages.unsqueeze(-1)
-        action_ids = torch.where(critique_mask, 0, -1)
-    else:
-        if process_advantages.dim() != 2:
-            raise ValueError(
-                "critique_action_ids needs process advantages of shape (batch, n_actions)"
-            )
-        if not torch.equal(critique_action_ids >= 0, critique_mask):
-            raise ValueError("critique_action_ids >= 0 must mark exactly the critique_mask tokens")
-        per_action, action_ids = process_advantages, critique_action_ids.long()
-    gathered = torch.gather(per_action, 1, action_ids.clamp(min=0))
-    return torch.where(critique_mask, gathered, torch.zeros_like(gathered))
-
-
-def verifier_token_advantages(
-    grpo_advantages: torch.Tensor,
-    process_advantages: torch.Tensor,
-    critique_mask: torch.Tensor,
-    response_mask: torch.Tensor,
-    critique_action_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """ARR eq. 9: ``Â = A_grpo`` on every response token, ``+ A_proc`` on critique tokens.
-
-    Args:
-        grpo_advantages: each verifier rollout's GRPO advantage, shape ``(batch,)``.
-        process_advantages: ``A_proc`` per rollout, shape ``(batch,)``, added to
-            all its critique tokens; or per critique action, ``(batch, n_actions)``,
-            each added to that action's tokens only (needs ``critique_action_ids``).
-        critique_mask: tokens of the monitored verifier actions (e.g. verify,
-            response), bool ``(batch, seq)``.
-        response_mask: tokens the verifier generated, ``(batch, seq)``.
-        critique_action_ids: index into ``process_advantages[b]`` of the critique
-            action each token belongs to, −1 off critique, long ``(batch, seq)``;
-            ``>= 0`` exactly where ``critique_mask`` is true.
-
-    Returns:
-        Token advantages, shape ``(batch, seq)``, 0 wherever ``response_mask`` is 0.
-    """
-    process = _process_per_token(process_advantages, critique_mask, critique_action_ids)
-    advantages = grpo_advantages.unsqueeze(-1) + process.to(grpo_advantages.dtype)
-    return torch.where(response_mask.bool(), advantages, torch.zeros_like(advantages))

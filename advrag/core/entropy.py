@@ -26,14 +26,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 import torch
 
-PATTERN_SCORES: Mapping[str, float] = MappingProxyType(
-    {"D": 1.0, "ID": 0.8, "F": 0.6, "DI": 0.4, "I": 0.2}
-)
-"""Score of each entropy pattern (ARR §4.2, read-only)."""
+from advrag.core.patterns import PATTERN_SCORES
 
 _DELTA_TOL = 1e-9
 

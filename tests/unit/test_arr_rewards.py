@@ -16,7 +16,6 @@ from advrag.core.arr_rewards import (
     gold_in_text,
     impact,
     process_advantage,
-    verifier_token_advantages,
 )
 
 
@@ -122,58 +121,3 @@ def test_process_advantage_is_the_product():
     # 0.5 · (−0.8) · 0.6 = −0.24
     assert process_advantage(0.5, -0.8, 0.6) == pytest.approx(-0.24)
     assert process_advantage(0.0, 1.0, 1.0) == 0.0  # wrong final answer: no process credit
-
-
-def test_verifier_token_advantages_scalar_process():
-    grpo = torch.tensor([1.0, -0.5])
-    proc = torch.tensor([0.25, 2.0])
-    response_mask = torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]])
-    critique_mask = torch.tensor(
-        [[False, True, True, False, False], [False, False, False, True, True]]
-    )
-    out = verifier_token_advantages(grpo, proc, critique_mask, response_mask)
-    # row 0: 1.0 on response tokens, 1.0+0.25 on critique, 0 on padding
-    # row 1: 0 on prompt, −0.5 on response, −0.5+2.0 = 1.5 on critique
-    expected = torch.tensor([[1.0, 1.25, 1.25, 1.0, 0.0], [0.0, -0.5, -0.5, 1.5, 1.5]])
-    assert torch.equal(out, expected)
-
-
-def test_verifier_token_advantages_zero_outside_response_mask():
-    grpo = torch.tensor([3.0])
-    proc = torch.tensor([5.0])
-    critique_mask = torch.tensor([[True, True, False]])
-    response_mask = torch.tensor([[0, 1, 1]])  # critique on a non-response token is dropped
-    out = verifier_token_advantages(grpo, proc, critique_mask, response_mask)
-    assert torch.equal(out, torch.tensor([[0.0, 8.0, 3.0]]))
-
-
-def test_verifier_token_advantages_per_action():
-    grpo = torch.tensor([1.0, 0.0])
-    proc = torch.tensor([[0.5, -0.25], [2.0, float("nan")]])  # row 1 has one action; NaN unused
-    ids = torch.tensor([[-1, 0, 0, -1, 1, 1], [-1, -1, 0, 0, -1, -1]])
-    response_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])
-    out = verifier_token_advantages(grpo, proc, ids >= 0, response_mask, critique_action_ids=ids)
-    # row 0: action 0 → 1+0.5, action 1 → 1−0.25; row 1: action 0 → 0+2, last token padding
-    expected = torch.tensor([[1.0, 1.5, 1.5, 1.0, 0.75, 0.75], [0.0, 0.0, 2.0, 2.0, 0.0, 0.0]])
-    assert torch.equal(out, expected)
-
-
-def test_verifier_token_advantages_per_action_equals_scalar_when_one_action():
-    grpo = torch.tensor([0.3, -1.2])
-    proc = torch.tensor([0.7, -0.4])
-    critique_mask = torch.tensor([[0, 1, 1, 0], [1, 0, 0, 1]]).bool()
-    response_mask = torch.ones(2, 4)
-    ids = torch.where(critique_mask, 0, -1)
-    assert torch.equal(
-        verifier_token_advantages(grpo, proc, critique_mask, response_mask),
-        verifier_token_advantages(grpo, proc[:, None], critique_mask, response_mask, ids),
-    )
-
-
-def test_verifier_token_advantages_rejects_inconsistent_inputs():
-    grpo, mask = torch.zeros(1), torch.tensor([[True, False]])
-    with pytest.raises(ValueError):  # per-action values without ids
-        verifier_token_advantages(grpo, torch.zeros(1, 2), mask, torch.ones(1, 2))
-    with pytest.raises(ValueError):  # ids disagree with the critique mask
-        ids = torch.tensor([[-1, 0]])
-        verifier_token_advantages(grpo, torch.zeros(1, 1), mask, torch.ones(1, 2), ids)

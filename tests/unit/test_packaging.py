@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -16,10 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The project's wheel, built from this checkout without network."""
-    out = tmp_path_factory.mktemp("wheel")
+    """The project's wheel, built without network from a copy of this checkout (the build
+    writes build/ and *.egg-info beside the sources)."""
+    source, out = tmp_path_factory.mktemp("src") / "advrag", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".cache", ".mlflow", ".prefect", "data", "processed", "build",
+        "*.egg-info", "__pycache__", "test-artifacts"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(out), str(ROOT)], check=True)
+                    "--no-build-isolation", "-w", str(out), str(source)], check=True)
     (built,) = out.glob("advrag-*.whl")
     return built
 
@@ -32,7 +37,8 @@ def test_the_wheel_holds_only_the_advrag_package(wheel):
                    "advrag/recipes/base.py", "advrag/config/flows.py"):
         assert module in names
     packaged = {str(Path(n).parent) for n in names if n.endswith("/__init__.py")}
-    on_disk = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "advrag").rglob("__init__.py")}
+    on_disk = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "advrag").rglob("__init__.py")
+               if "__pycache__" not in p.parts}
     assert on_disk <= packaged  # a new subpackage missing from pyproject's list fails here
 
 

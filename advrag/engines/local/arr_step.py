@@ -64,12 +64,13 @@ from advrag.agents.arr_scoring import (
     verifier_turn_docs,
 )
 from advrag.agents.types import TextGenerator
-from advrag.config import ARR_PATTERNS, AdversarialRLConfig
+from advrag.config import AdversarialRLConfig
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
 from advrag.core.arr_process import ProcessAdvantage
 from advrag.core.arr_rewards import bin_value, gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
+from advrag.core.patterns import PATTERNS
 from advrag.datasets.records import QARecord
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer
@@ -327,7 +328,7 @@ def _process_metrics(per_turn: Sequence[Mapping[str, Mapping[int, float]]], name
     return {
         "reasoner/impact_mean": _mean(impact_values),
         "reasoner/monitored_entropy": _mean(think),
-        **{f"reasoner/pattern_{p}": float(patterns.get(p, 0)) for p in ARR_PATTERNS},
+        **{f"reasoner/pattern_{p}": float(patterns.get(p, 0)) for p in PATTERNS},
         "verifier/critique_actions": _mean(n_actions),
         "verifier/critique_entropy": _mean([h for row in v_means for h in row if not math.isnan(h)]),
         "verifier/clarity_mean": _mean(clarities),
