@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from advrag.agents.types import Trajectory
-from advrag.engines.local.logprobs import micro_batch_bounds, sequence_logprobs, token_logprobs
+from advrag.engines.local.logprobs import micro_batches, sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 from advrag.models.loading import load_policy
 
@@ -106,8 +106,10 @@ def test_only_the_token_variant_carries_gradients(policy, batch):
     assert not without.requires_grad
 
 
-def test_micro_batch_bounds_cover_every_row_once():
-    assert micro_batch_bounds(5, 2) == [(0, 2), (2, 4), (4, 5)]
-    assert micro_batch_bounds(2, 8) == [(0, 2)]
+def test_micro_batches_group_rows_of_similar_length_and_cover_each_once():
+    # lengths 3, 7, 1, 7, 5 → longest first, ties in batch order: rows 1, 3, 4, 0, 2
+    mask = torch.tensor([[1] * n + [0] * (7 - n) for n in (3, 7, 1, 7, 5)], dtype=torch.bool)
+    assert [m.tolist() for m in micro_batches(mask, 2)] == [[1, 3], [4, 0], [2]]
+    assert [m.tolist() for m in micro_batches(mask, 8)] == [[1, 3, 4, 0, 2]]
     with pytest.raises(ValueError):
-        micro_batch_bounds(3, 0)
+        micro_batches(mask, 0)

@@ -21,14 +21,18 @@ from advrag.core.losses import entropy_from_logits, logprobs_from_logits
 from advrag.engines.local.tokenize import Batch
 
 
-def micro_batch_bounds(batch_size: int, micro_batch_size: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` row ranges of consecutive micro-batches covering ``batch_size`` rows."""
+def micro_batches(attention_mask: Tensor, micro_batch_size: int) -> list[Tensor]:
+    """Row indices of each micro-batch: rows sorted by length (longest first), in groups.
+
+    Each forward pass then pads only to the longest of rows of similar length,
+    instead of to the longest row of an arbitrary group (``Batch.select`` drops
+    the columns that are padding in all its rows). Ties keep the batch order.
+    """
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
-    return [
-        (start, min(start + micro_batch_size, batch_size))
-        for start in range(0, batch_size, micro_batch_size)
-    ]
+    lengths = attention_mask.sum(dim=1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    return list(order.split(micro_batch_size))
 
 
 def _shift_right(values: Tensor, attention_mask: Tensor) -> Tensor:
@@ -55,26 +59,21 @@ def token_logprobs(
     return logprobs, entropy
 
 
-def _pad_columns(values: Tensor, seq: int) -> Tensor:
-    """Right-pad a ``(b, s)`` tensor with zeros to ``(b, seq)``."""
-    return F.pad(values, (0, seq - values.shape[1]))
-
-
 @torch.no_grad()
 def sequence_logprobs(
     model: nn.Module, batch: Batch, *, micro_batch_size: int, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``(batch, seq)`` without gradients, computed ``micro_batch_size`` rows at a time.
+    """Log-probs ``(batch, seq)`` without gradients, ``micro_batch_size`` rows at a time.
 
-    Each micro-batch drops the columns that are padding in all its rows (see
-    ``Batch.rows``); the results are padded back with zeros. Returns the
-    entropy ``(batch, seq)`` too when ``with_entropy``, else None.
+    Micro-batches group rows of similar length (``micro_batches``); results go
+    back to their rows, zero on padding. Returns the entropy ``(batch, seq)``
+    too when ``with_entropy``, else None.
     """
-    seq = batch.input_ids.shape[1]
-    logprobs, entropy = [], []
-    for start, stop in micro_batch_bounds(len(batch), micro_batch_size):
-        lp, ent = token_logprobs(model, batch.rows(start, stop), with_entropy=with_entropy)
-        logprobs.append(_pad_columns(lp, seq))
-        if ent is not None:
-            entropy.append(_pad_columns(ent, seq))
-    return torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)
+    logprobs = torch.zeros(batch.input_ids.shape, device=batch.input_ids.device)
+    entropy = torch.zeros_like(logprobs) if with_entropy else None
+    for index in micro_batches(batch.attention_mask, micro_batch_size):
+        lp, ent = token_logprobs(model, batch.select(index), with_entropy=with_entropy)
+        logprobs[index, : lp.shape[1]] = lp.float()
+        if entropy is not None:
+            entropy[index, : ent.shape[1]] = ent.float()
+    return logprobs, entropy

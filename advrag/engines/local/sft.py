@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from advrag.agents.types import Trajectory
 from advrag.config.engine import SFTConfig
-from advrag.engines.local.logprobs import micro_batch_bounds
+from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 
@@ -38,8 +38,8 @@ def sft_step(
     total = 0.0
     with policy.training():
         optimizer.zero_grad(set_to_none=True)
-        for start, stop in micro_batch_bounds(len(batch), config.micro_batch_size):
-            part = batch.rows(start, stop)
+        for index in micro_batches(batch.attention_mask, config.micro_batch_size):
+            part = batch.select(index)
             loss = nll_loss(policy.logprobs_with_grad(part), part.loss_mask) / tokens
             loss.backward()
             total += float(loss.detach())

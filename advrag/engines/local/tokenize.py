@@ -60,14 +60,18 @@ class Batch:
         return Batch(**{name: value.to(device) for name, value in vars(self).items()})
 
     def rows(self, start: int, stop: int) -> Batch:
-        """Rows ``start:stop``, with trailing columns that are padding in every row dropped."""
-        width = max(int(self.attention_mask[start:stop].sum(dim=1).max()), 1)
+        """Rows ``start:stop`` (see ``select``)."""
+        return self.select(torch.arange(start, stop, device=self.input_ids.device))
+
+    def select(self, index: Tensor) -> Batch:
+        """Rows ``index``, in that order, with trailing columns that are padding in all of them dropped."""
+        width = max(int(self.attention_mask[index].sum(dim=1).max()), 1)
         return Batch(
-            input_ids=self.input_ids[start:stop, :width],
-            attention_mask=self.attention_mask[start:stop, :width],
-            loss_mask=self.loss_mask[start:stop, :width],
-            segment_ids=self.segment_ids[start:stop, :width],
-            truncated_mask=self.truncated_mask[start:stop],
+            input_ids=self.input_ids[index, :width],
+            attention_mask=self.attention_mask[index, :width],
+            loss_mask=self.loss_mask[index, :width],
+            segment_ids=self.segment_ids[index, :width],
+            truncated_mask=self.truncated_mask[index],
         )
 
 

@@ -45,7 +45,7 @@ from advrag.config.engine import TrainConfig
 from advrag.core.advantages import ADVANTAGE_ESTIMATORS, GroupIds
 from advrag.core.losses import POLICY_LOSSES, aggregate_loss, kl_penalty
 from advrag.engines.local.checkpoint import load_checkpoint, save_checkpoint
-from advrag.engines.local.logprobs import micro_batch_bounds
+from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 
@@ -90,13 +90,13 @@ class UpdateInputs:
     entropy: Tensor
     prepare_s: float = 0.0
 
-    def rows(self, start: int, stop: int) -> UpdateInputs:
-        """Rows ``start:stop``, trimmed to the same width as ``Batch.rows``."""
-        batch = self.batch.rows(start, stop)
+    def select(self, index: Tensor) -> UpdateInputs:
+        """Rows ``index``, trimmed to the same width as ``Batch.select``."""
+        batch = self.batch.select(index)
         width = batch.input_ids.shape[1]
 
         def cut(values: Tensor | None) -> Tensor | None:
-            return None if values is None else values[start:stop, :width]
+            return None if values is None else values[index, :width]
 
         return UpdateInputs(
             batch,
@@ -264,8 +264,8 @@ class LocalTrainer:
         loss_mask = inputs.batch.loss_mask
         loss_total, tokens_total = _denominator(loss_mask, cfg.loss_agg), loss_mask.sum()
         totals: dict[str, float] = {}
-        for start, stop in micro_batch_bounds(len(inputs.batch), cfg.micro_batch_size):
-            part = inputs.rows(start, stop)
+        for index in micro_batches(inputs.batch.attention_mask, cfg.micro_batch_size):
+            part = inputs.select(index)
             loss_share = _share(_denominator(part.batch.loss_mask, cfg.loss_agg), loss_total)
             token_share = _share(part.batch.loss_mask.sum(), tokens_total)
             loss, terms, token_metrics = self.micro_batch_loss(part)
