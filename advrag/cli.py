@@ -7,6 +7,8 @@ Data-plane commands (chunk, embed, index, bm25) are what `dvc.yaml` calls;
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -40,26 +42,41 @@ def _environment() -> None:
 CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe."
 
 
-def load(path: Path, kind: str):
-    """The config file ``path`` validated as ``kind``; a bad one exits 2 with one message."""
-    from advrag.config import ConfigError, load_config
+CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
+                "arr": "AdversarialRLConfig", "nightly": "NightlyConfig"}
+
+
+@contextmanager
+def config_errors() -> Iterator[None]:
+    """A bad or missing config file: its one message on stderr and exit 2, no traceback."""
+    from advrag.config import ConfigError
 
     try:
-        return load_config(path, config_model(kind))
+        yield
     except (ConfigError, FileNotFoundError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
 
 
-def config_model(kind: str):
+def load(path: Path, kind: str, overrides: dict | None = None):
+    """The config file ``path`` (+ ``overrides``) validated as ``kind``; a bad one exits 2.
+
+    Commands call it before importing their flow: a typo fails in a fraction of a second.
+    """
+    from advrag.config import load_config
+
+    with config_errors():
+        return load_config(path, config_model(kind), overrides)
+
+
+def config_model(kind: str) -> type:
     """The flow config model of ``kind`` (see ``CONFIG_KINDS``)."""
     from advrag import config
 
+    if kind not in CONFIG_KINDS:
+        hint = config.did_you_mean(kind, CONFIG_KINDS) or f"choose one of {', '.join(CONFIG_KINDS)}"
+        raise config.ConfigError(f"--kind: unknown kind {kind!r} — {hint}")
     return getattr(config, CONFIG_KINDS[kind])
-
-
-CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
-                "arr": "AdversarialRLConfig", "nightly": "NightlyConfig"}
 
 
 @app.command()
@@ -183,9 +200,10 @@ def serve_retriever(
 @app.command("prepare-data")
 def prepare_data(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: world → GX gate → `dvc add data` → `dvc repro`."""
+    cfg = load(config, "demo").data
     from advrag.flows.prepare_data import prepare_data as flow
 
-    flow(load(config, "demo").data)
+    flow(cfg)
 
 
 @app.command()
@@ -196,20 +214,21 @@ def benchmark(
     methods: str | None = typer.Option(None, help="Comma-separated methods, e.g. cot,arr."),
 ) -> None:
     """Flow: evaluate methods on datasets and log to MLflow."""
+    updates = {"model": model, "limit": limit, "methods": methods.split(",") if methods else None}
+    changed = {k: v for k, v in updates.items() if v is not None}
+    cfg = load(config, "demo", {"benchmark": changed} if changed else None).benchmark
     from advrag.flows.benchmark import benchmark as flow
 
-    cfg = load(config, "demo").benchmark
-    updates = {"model": model, "limit": limit, "methods": methods.split(",") if methods else None}
-    cfg = cfg.model_validate({**cfg.model_dump(), **{k: v for k, v in updates.items() if v}})
     flow(cfg)
 
 
 @app.command()
 def train(config: Path = typer.Option(Path("configs/train.yaml"), help=CONFIG_HELP)) -> None:
     """Flow: GRPO-train the Search-R1-style agent (resumes from its latest checkpoint)."""
+    cfg = load(config, "train")
     from advrag.flows.train import train as flow
 
-    flow(load(config, "train"))
+    flow(cfg)
 
 
 @app.command("adversarial-rl")
@@ -218,9 +237,10 @@ def adversarial_rl(
     run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
 ) -> None:
     """Flow: ARR, train a reasoner and a verifier jointly (resumes from their latest checkpoints)."""
+    cfg = load(config, "arr")
     from advrag.flows.adversarial_rl import adversarial_rl as flow
 
-    flow(load(config, "arr"), run_name=run_name or config.stem)
+    flow(cfg, run_name=run_name or config.stem)
 
 
 @app.command()
@@ -229,24 +249,22 @@ def rl(
     run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
 ) -> None:
     """Flow: train the recipe a config names (resumes from its latest checkpoint)."""
-    from advrag.config import ConfigError
-    from advrag.flows.rl import recipe_for
+    from advrag.recipes import recipe_for
+
+    with config_errors():
+        recipe_for(config)  # the recipe and its config: fails here, before Prefect is imported
     from advrag.flows.rl import rl_flow as flow
 
-    try:
-        recipe_for(str(config))
-    except (ConfigError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
     flow(str(config), run_name=run_name or config.stem)
 
 
 @app.command()
 def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """The main job: prepare the data, then benchmark all methods with SmolLM2."""
+    cfg = load(config, "demo")
     from advrag.flows.demo import demo as flow
 
-    flow(load(config, "demo"))
+    flow(cfg)
 
 
 NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config (configs/nightly.yaml).")
@@ -255,9 +273,9 @@ NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config
 @app.command()
 def nightly(config: Path = NIGHTLY_CONFIG) -> None:
     """Flow: data refresh → GX gate → train → benchmark → promotion gate (what the schedule runs)."""
+    load(config, "nightly")  # the flow loads it again; a bad file fails here, before Prefect
     from advrag.flows.nightly import nightly as flow
 
-    load(config, "nightly")  # fails here, in seconds, not inside the flow
     flow(str(config))
 
 
@@ -268,9 +286,9 @@ def promote(
     force: bool = typer.Option(False, help="Make it champion even if the gate says no (recorded as forced)."),
 ) -> None:
     """Promotion gate: `champion` only if it clearly beats the champion on the same questions."""
+    load(config, "nightly")
     from advrag.flows.nightly import promote as flow
 
-    load(config, "nightly")
     result = flow(str(config), version, force)
     typer.echo(f"v{result['version']}: {result['alias']} ({result['promotion.reason']})")
 
@@ -278,9 +296,9 @@ def promote(
 @app.command()
 def rollback(config: Path = NIGHTLY_CONFIG) -> None:
     """Give `champion` back to the version the current champion replaced."""
+    load(config, "nightly")
     from advrag.flows.nightly import rollback as flow
 
-    load(config, "nightly")
     try:
         result = flow(str(config))
     except LookupError as err:
@@ -350,37 +368,31 @@ app.add_typer(config_app, name="config")
 def config_show(
     file: Path = typer.Argument(..., help="A config file (configs/*.yaml)."),
     kind: str | None = typer.Option(None, help=f"One of {', '.join(CONFIG_KINDS)}; default: "
-                                    "guessed from the file's keys."),
+                                    "its `recipe:`, else the kind whose fields its keys match best."),
 ) -> None:
     """Print the resolved config (extends: applied, every default filled in) and its hash."""
     import yaml
 
-    from advrag.config import config_hash
+    from advrag.config import config_hash, load_config
 
-    kind = kind or guess_kind(file)
-    if kind not in CONFIG_KINDS:
-        typer.echo(f"error: unknown --kind {kind!r}; choose one of {', '.join(CONFIG_KINDS)}",
-                   err=True)
-        raise typer.Exit(2)
-    cfg = load(file, kind)
-    typer.echo(f"# {file} as {config_model(kind).__name__}; hash {config_hash(cfg)}")
+    with config_errors():
+        model = config_model(kind) if kind else guess_model(file)
+        cfg = load_config(file, model)
+    typer.echo(f"# {file} as {model.__name__}; hash {config_hash(cfg)}")
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())
 
 
-def guess_kind(file: Path) -> str:
-    """Which flow a config file is for, from its top-level keys."""
-    from advrag.config import ConfigError, read_yaml_mapping
+def guess_model(file: Path) -> type:
+    """The flow config model a file is for: its ``recipe:``'s, else the one sharing the most
+    top-level keys with it (ties: the first of demo, nightly, benchmark, train, arr)."""
+    from advrag import config
+    from advrag.recipes import RECIPES
 
-    try:
-        keys = set(read_yaml_mapping(file, chain=()))
-    except (ConfigError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    if "data" in keys:
-        return "nightly" if "train" in keys else "demo"
-    if "recipe" in keys or {"optim", "steps"} & keys:
-        return "arr" if read_yaml_mapping(file, chain=()).get("recipe") == "arr" else "train"
-    return "benchmark"
+    raw = config.read_yaml_mapping(file, chain=())
+    if str(raw.get("recipe")) in RECIPES:
+        return RECIPES[str(raw["recipe"])][1]
+    models = [config_model(kind) for kind in ("demo", "nightly", "benchmark", "train", "arr")]
+    return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from reporting import write_report
 
 PROMPT, POLICY, PASSAGES = 150, 64, 400
@@ -89,7 +88,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/update.json"))
     args = parser.parse_args()
 
-    from advrag.engines.local import logprobs, trainer as trainer_module
+    from advrag.engines.local import logprobs
+    from advrag.engines.local import trainer as trainer_module
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
     from advrag.models.loading import load_policy

@@ -17,11 +17,12 @@ def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benc
     tags = {"data.version": version["digest"], "flow": "benchmark", "model": config.model}
     with tracking.tracked_run(config.experiment, run_name, params={
         "config": config.model_dump(mode="json"), "data": version}, tags=tags) as run_id:
+        questions = {name: bench.load_questions(source, config)  # a bad entry fails here, first
+                     for name, source in config.dataset_specs()}
         generators = bench.load_generator(config)
         retriever = bench.load_retriever(config) if needs_retrieval(config) else None
-        results, out = {}, config.predictions_dir / run_id
-        for name, source in config.dataset_specs():
-            records = bench.load_questions(source, config)
+        results, out = {}, (config.predictions_dir / run_id).absolute()
+        for name, records in questions.items():
             for method in config.methods:
                 rows = bench.evaluate(method, name, records, generators, retriever, config)
                 results[(method, name)] = bench.save_method_results(out, method, name, rows,
@@ -29,7 +30,7 @@ def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benc
         table = bench.write_results_table(out, results)
         print(table)
         bench.log_results(run_id, out, results, table)
-    return {"run_id": run_id, "results": results, "table": table}
+    return {"run_id": run_id, "results": results, "table": table, "predictions": out}
 
 
 def needs_retrieval(config: BenchmarkConfig) -> bool:

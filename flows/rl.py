@@ -8,13 +8,12 @@ supply only what is their own.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from prefect import flow
 
-from advrag.config import BenchmarkConfig, ConfigError, load_config, read_yaml_mapping
+from advrag.config import BenchmarkConfig
 from advrag.flows.benchmark import benchmark
-from advrag.recipes import RECIPES
+from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
 
@@ -24,16 +23,6 @@ def rl_flow(config: str, run_name: str | None = None) -> dict:
     """Train the recipe a config file names (``recipe:``, e.g. grpo or arr)."""
     recipe = recipe_for(config)
     return run_recipe(recipe, "rl", run_name or recipe.name)
-
-
-def recipe_for(path: str) -> Recipe:
-    """The recipe of a config file, with its config validated."""
-    name = read_yaml_mapping(Path(path), chain=()).get("recipe", "grpo")
-    if name not in RECIPES:
-        raise ConfigError(f"{path}: recipe: unknown recipe {name!r} — choose one of "
-                          f"{', '.join(sorted(RECIPES))}")
-    recipe_class, config_model = RECIPES[name]
-    return recipe_class(load_config(path, config_model))
 
 
 def run_recipe(recipe: Recipe, flow_name: str, run_name: str) -> dict:

@@ -47,16 +47,11 @@ def load_retriever(config: BenchmarkConfig):
 
 
 @task
-def load_questions(dataset: str, config: BenchmarkConfig) -> list[QARecord]:
+def load_questions(source: str, config: BenchmarkConfig) -> list[QARecord]:
     """Questions of one dataset: the world, a standard benchmark name, or a file."""
-    from advrag.datasets.loaders import load_qa, resolve_dataset
+    from advrag.datasets.loaders import dataset_file, load_qa
 
-    if dataset == "world":
-        path = config.world_dir / f"{config.split}.jsonl"
-    elif Path(dataset).suffix in {".jsonl", ".json", ".parquet"}:
-        path = Path(dataset)
-    else:
-        path = resolve_dataset(dataset, config.split, config.datasets_root)
+    path = dataset_file(source, config.split, config.datasets_root, config.world_dir)
     return load_qa(path, limit=config.limit)
 
 

@@ -1,11 +1,12 @@
 """Typed run configuration (pydantic), read from ``configs/*.yaml``.
 
 ``flows``: one model per flow; ``engine``: the engine's sections (optimiser,
-LoRA, SFT) embedded in them; ``loading``: YAML with ``extends:``; ``base``:
-the strict base model and the one config hash.
+LoRA, SFT) embedded in them; ``loading``: YAML with ``extends:`` and the one-message
+errors; ``base``:
+the strict base model, the one config hash and the ``OverridesOf`` marker.
 """
 
-from advrag.config.base import Strict, config_hash
+from advrag.config.base import OverridesOf, Strict, config_hash
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.config.flows import (
     AdversarialRLConfig,
@@ -20,11 +21,17 @@ from advrag.config.flows import (
     WarmupSection,
     WorldSection,
 )
-from advrag.config.loading import ConfigError, load_config, merged, read_yaml_mapping
+from advrag.config.loading import (
+    ConfigError,
+    did_you_mean,
+    load_config,
+    merged,
+    read_yaml_mapping,
+)
 
 __all__ = [
     "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "DataConfig", "DemoConfig",
-    "LoraSettings", "Method", "NightlyConfig", "PromotionSection", "RLRunConfig", "SFTConfig",
-    "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection", "config_hash",
-    "load_config", "merged", "read_yaml_mapping",
+    "LoraSettings", "Method", "NightlyConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
+    "SFTConfig", "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection",
+    "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
 ]

@@ -53,7 +53,8 @@ class TrainConfig(Strict):
         "z-score, Dr.GRPO mean-centring, or REINFORCE++ group baseline.",
     )
     group_size: int = Field(5, ge=1, description="Rollouts per question (one group).")
-    seed: int = Field(0, description="Seed of python, numpy and torch at trainer construction.")
+    seed: int = Field(0, ge=0, lt=2**32,
+                      description="Seed of python, numpy and torch at trainer construction.")
 
 
 class LoraSettings(Strict):
@@ -81,4 +82,4 @@ class SFTConfig(Strict):
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
     max_seq_len: int = Field(1024, ge=2, description="Tokens kept per demonstration.")
     grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
-    seed: int = Field(0, description="Order of the demonstrations.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Order of the demonstrations.")

@@ -10,16 +10,19 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from advrag.config.base import Strict
+from advrag.config.base import OverridesOf, Strict
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
+ReasonerAction = Literal["think", "search", "verify", "answer"]
+VerifierAction = Literal["verify", "selected_doc", "response", "final_answer"]
 
 QA_SUFFIXES = (".jsonl", ".json", ".parquet")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+RESERVED_NAMES = {"avg"}  # metric prefix of the per-method averages over datasets
 
 
 def dataset_spec(entry: str | dict[str, str]) -> tuple[str, str]:
@@ -34,18 +37,29 @@ def dataset_spec(entry: str | dict[str, str]) -> tuple[str, str]:
                              "{my_qa: /data/my_qa/test.jsonl}")
         ((name, source),) = entry.items()
         if not SAFE_NAME.match(name):
-            raise ValueError(f"datasets: name {name!r} may use only letters, digits, '_', '-', '.'")
-        return name, source
+            raise ValueError(f"datasets: name {name!r} may use only letters, digits, '_', '-', "
+                             "'.' (not first), at most 100 characters")
+        return _unreserved(name), source
     if Path(entry).suffix in QA_SUFFIXES or "/" in entry:
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", Path(entry).stem) or "dataset", entry
-    return entry, entry
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(entry).stem).lstrip(".")[:100]
+        return _unreserved(stem or "dataset"), entry
+    return _unreserved(entry), entry
+
+
+def _unreserved(name: str) -> str:
+    """``name``, unless the metrics use it for something else."""
+    if name in RESERVED_NAMES:
+        raise ValueError(f"datasets: the name {name!r} is reserved for the averages over datasets; "
+                         "name the dataset with the {name: path} form, e.g. {my_avg: <path>}")
+    return name
 
 
 class WorldSection(Strict):
     """Size and seed of the generated offline world."""
 
     out_dir: Path = Field(Path("data/world"), description="Where the world's jsonl files go.")
-    seed: int = Field(13, description="Generator seed; the same seed gives the same world.")
+    seed: int = Field(13, ge=0, lt=2**32,
+                      description="Generator seed; the same seed gives the same world.")
     n_train: int = Field(500, ge=1, description="Training questions.")
     n_dev: int = Field(100, ge=1, description="Development questions.")
     n_test: int = Field(100, ge=1, description="Held-out test questions.")
@@ -65,15 +79,17 @@ class DataConfig(Strict):
 class BenchmarkConfig(Strict):
     """Which methods to evaluate, on what, with which model and retriever."""
 
-    model: str = Field("smollm2", description="Policy: 'smollm2', a directory, a .gguf, a hub id or models:/name@alias.")
+    model: str = Field("smollm2", min_length=1, description="Policy: 'smollm2', a directory, a "
+                       ".gguf, a hub id or models:/name@alias.")
     verifier_model: str | None = Field(
-        None, description="ARR's verifier policy (same specs as model); null = model plays both roles."
+        None, min_length=1,
+        description="ARR's verifier policy (same specs as model); null = model plays both roles.",
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="'auto' = bfloat16 where the CPU/GPU supports it, else float32."
     )
     methods: list[Method] = Field(
-        default_factory=lambda: ["cot", "naive_rag", "search_r1", "arr"],
+        default_factory=lambda: ["cot", "naive_rag", "search_r1", "arr"], min_length=1,
         description="Methods to evaluate, in order.",
     )
     datasets: list[str | dict[str, str]] = Field(
@@ -81,21 +97,22 @@ class BenchmarkConfig(Strict):
         description="'world' (the offline world), a standard name (nq, hotpotqa, …), a file path "
         "(named by its file stem in metrics and artifacts) or {name: path}; names are unique.",
     )
-    split: str = Field("test", description="Split to evaluate.")
+    split: str = Field("test", min_length=1, description="Split to evaluate.")
     limit: int | None = Field(32, ge=1, description="Evaluate only the first N questions per "
                               "dataset; null = all.")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index built by `dvc repro`.")
     retriever: Literal["dense", "bm25"] = Field("dense", description="Retriever kind.")
-    retriever_url: str | None = Field(None, description="Use a running retrieval server instead.")
+    retriever_url: str | None = Field(None, pattern=r"^https?://", description="Use a running "
+                                      "retrieval server (http://host:port) instead.")
     topk: int = Field(3, ge=1, description="Passages per search.")
     max_turns: int = Field(2, ge=1, description="Search-R1: searches per question (then a forced "
                            "answer); ARR: reasoner messages per dialogue, the answer included.")
     max_new_tokens: int = Field(80, ge=1, description="Token budget per generation call.")
     batch_size: int = Field(32, ge=1, description="Questions that advance together.")
     datasets_root: Path = Field(Path("data/benchmarks"), description="Where standard QA files live.")
-    experiment: str = Field("advrag-benchmark", description="MLflow experiment name.")
-    seed: int = Field(0, description="Seed for sampling and bootstrap intervals.")
+    experiment: str = Field("advrag-benchmark", min_length=1, description="MLflow experiment name.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seed for sampling and bootstrap intervals.")
     predictions_dir: Path = Field(
         Path(".cache/advrag/predictions"), description="Per-question predictions and summaries "
         "are written here (<run id>/<dataset>/<method>.json) before anything is logged to MLflow.",
@@ -169,7 +186,8 @@ class TrainFlowConfig(RLRunConfig):
     recipe: Literal["grpo"] = Field("grpo", description="Training recipe: single-agent GRPO "
                                     "(or REINFORCE++/Dr.GRPO through optim.advantage).")
 
-    model: str = Field("smollm2", description="Policy to start from (same specs as benchmark).")
+    model: str = Field("smollm2", min_length=1,
+                       description="Policy to start from (same specs as benchmark).")
     optim: TrainConfig = Field(
         default_factory=lambda: TrainConfig(lr=1e-5, group_size=4, micro_batch_size=4,
                                             max_seq_len=1024),
@@ -191,8 +209,9 @@ class TrainFlowConfig(RLRunConfig):
     checkpoint_every: int = Field(4, ge=1, description="Save a checkpoint every N updates.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/train"),
                                  description="Checkpoints; a rerun resumes from the latest.")
-    experiment: str = Field("advrag-train", description="MLflow experiment name.")
-    registered_model: str = Field("advrag-reasoner", description="Registry name of the result.")
+    experiment: str = Field("advrag-train", min_length=1, description="MLflow experiment name.")
+    registered_model: str = Field("advrag-reasoner", min_length=1,
+                                  description="Registry name of the result.")
     evaluate: BenchmarkConfig | None = Field(
         default_factory=lambda: BenchmarkConfig(methods=["search_r1"], limit=32),
         description="Benchmark of base and trained model on held-out data; null skips it.",
@@ -209,21 +228,23 @@ class AdversarialRLConfig(RLRunConfig):
     """
 
     recipe: Literal["arr"] = Field("arr", description="Training recipe: ARR (reasoner ⇄ verifier).")
-    model: str = Field("smollm2", description="Starting policy of both agents (same specs as benchmark).")
+    model: str = Field("smollm2", min_length=1,
+                       description="Starting policy of both agents (same specs as benchmark).")
     policies: Literal["shared_lora", "separate"] = Field(
         "shared_lora",
         description="'shared_lora': one base, a LoRA adapter per agent (needs lora); "
         "'separate': a model per agent (LoRA or full).",
     )
     verifier_model: str | None = Field(
-        None, description="'separate' only: the verifier's starting model; null = `model`."
+        None, min_length=1,
+        description="'separate' only: the verifier's starting model; null = `model`.",
     )
     optim: TrainConfig = Field(
         default_factory=lambda: TrainConfig(lr=5e-5, micro_batch_size=2, max_seq_len=2048,
                                             kl_coef=0.001),
         description="Optimiser settings of both agents (lr, kl_coef, …; not group_size).",
     )
-    verifier_optim: dict[str, Any] = Field(
+    verifier_optim: Annotated[dict[str, Any], OverridesOf(TrainConfig)] = Field(
         default_factory=dict, description="Optimiser settings (as in optim) that differ for the "
         "verifier; checked against optim's fields when the config is loaded.",
     )
@@ -245,12 +266,12 @@ class AdversarialRLConfig(RLRunConfig):
         default_factory=lambda: dict(PATTERN_SCORES),
         description="Impact score of each entropy pattern (the paper's table).",
     )
-    critique_actions: list[str] = Field(
-        default_factory=lambda: ["verify", "response"],
+    critique_actions: list[VerifierAction] = Field(
+        default_factory=lambda: ["verify", "response"], min_length=1,
         description="Verifier actions that get the process advantage (A_sub^v).",
     )
-    monitored_actions: list[str] = Field(
-        default_factory=lambda: ["think"],
+    monitored_actions: list[ReasonerAction] = Field(
+        default_factory=lambda: ["think"], min_length=1,
         description="Reasoner actions whose entropy trend gives the impact (A_sub^r).",
     )
     adversarial_reward: bool = Field(True, description="Eq. 5's bonus; false = 'w/o adv-out'.")
@@ -260,32 +281,51 @@ class AdversarialRLConfig(RLRunConfig):
     checkpoint_every: int = Field(4, ge=1, description="Save both agents every N updates.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/arr"),
                                  description="Checkpoints (one subdir per agent); reruns resume.")
-    experiment: str = Field("advrag-arr", description="MLflow experiment name.")
-    registered_reasoner: str = Field("advrag-arr-reasoner", description="Registry name (reasoner).")
-    registered_verifier: str = Field("advrag-arr-verifier", description="Registry name (verifier).")
+    experiment: str = Field("advrag-arr", min_length=1, description="MLflow experiment name.")
+    registered_reasoner: str = Field("advrag-arr-reasoner", min_length=1,
+                                     description="Registry name (reasoner).")
+    registered_verifier: str = Field("advrag-arr-verifier", min_length=1,
+                                     description="Registry name (verifier).")
     evaluate: BenchmarkConfig | None = Field(
         default_factory=lambda: BenchmarkConfig(methods=["arr", "search_r1"], limit=32),
         description="Benchmark of the untrained and the trained pair on held-out data; null skips it.",
     )
 
+    @field_validator("pattern_scores")
+    @classmethod
+    def _every_pattern_scored(cls, scores: dict[str, float]) -> dict[str, float]:
+        """One score per pattern of the paper's table, no other key."""
+        missing, unknown = set(PATTERNS) - set(scores), set(scores) - set(PATTERNS)
+        if missing or unknown:
+            raise ValueError(f"give exactly the patterns {', '.join(PATTERNS)} a score (missing: "
+                             f"{', '.join(sorted(missing)) or 'none'}; unknown: "
+                             f"{', '.join(sorted(unknown)) or 'none'})")
+        return scores
+
     @model_validator(mode="after")
-    def _consistent(self) -> AdversarialRLConfig:
-        """Reject combinations the flow cannot run, naming the fix."""
+    def _policies_fit(self) -> AdversarialRLConfig:
+        """Reject policy layouts the flow cannot run, naming the fix."""
         if self.policies == "shared_lora" and self.lora is None:
-            raise ValueError("policies 'shared_lora' needs lora settings; use policies: separate "
-                             "for full fine-tuning")
+            raise ValueError("policies: 'shared_lora' needs lora settings — give lora, or use "
+                             "policies: separate for full fine-tuning")
         if self.verifier_model is not None and self.policies != "separate":
-            raise ValueError("verifier_model needs policies: separate (a shared base has one model)")
+            raise ValueError("verifier_model: needs policies: separate (a shared base has one "
+                             "model) — set policies: separate, or remove verifier_model")
         if self.verifier_model is not None and self.warmup is not None:
-            raise ValueError("the warm-up makes one start model for both agents: set warmup: null "
-                             "to start the verifier from verifier_model")
-        if self.group_size != self.optim.group_size and "group_size" in self.optim.model_fields_set \
-                or "group_size" in self.verifier_optim:
-            raise ValueError("set group_size at the top level, not in optim (both agents share it)")
+            raise ValueError("verifier_model: the warm-up makes one start model for both agents "
+                             "— set warmup: null to start the verifier from verifier_model")
+        return self
+
+    @model_validator(mode="after")
+    def _one_group_size(self) -> AdversarialRLConfig:
+        """Both agents share the top-level ``group_size``; ``optim`` gets it."""
+        in_optim = ("group_size" in self.optim.model_fields_set
+                    and self.optim.group_size != self.group_size)
+        if in_optim or "group_size" in self.verifier_optim:
+            section = "optim" if in_optim else "verifier_optim"
+            raise ValueError(f"{section}.group_size: both agents share one group size — set "
+                             "group_size at the top level")
         self.optim = self.optim.model_copy(update={"group_size": self.group_size})
-        TrainConfig.model_validate(self.optim.model_dump() | self.verifier_optim)
-        if set(self.pattern_scores) != set(PATTERNS):
-            raise ValueError(f"pattern_scores needs exactly the patterns {list(PATTERNS)}")
         return self
 
 
@@ -297,7 +337,8 @@ class PromotionSection(Strict):
     min_margin: float = Field(0.0, ge=-1, le=1, description="The lower bound of the 95 % interval "
                               "of EM(candidate) − EM(champion) must exceed this to promote.")
     n_boot: int = Field(2000, ge=100, description="Paired-bootstrap resamples.")
-    seed: int = Field(0, description="Bootstrap seed (the same evidence gives the same decision).")
+    seed: int = Field(0, ge=0, lt=2**32,
+                      description="Bootstrap seed (the same evidence gives the same decision).")
 
 
 class NightlyConfig(Strict):
@@ -316,9 +357,11 @@ class NightlyConfig(Strict):
     def _gate_has_evidence(self) -> NightlyConfig:
         """The gate needs a benchmark of the gate's method, on the index `dvc repro` builds."""
         if not self.data.dvc_repro:
-            raise ValueError("data.dvc_repro must be true: the nightly trains on the index it builds")
+            raise ValueError("data.dvc_repro: must be true — the nightly trains on the index it "
+                             "builds")
         evaluate = self.train.evaluate
         if evaluate is None or self.promotion.method not in evaluate.methods:
-            raise ValueError(f"train.evaluate must run method {self.promotion.method!r}: the "
-                             "promotion gate compares its per-question EM")
+            raise ValueError(f"train.evaluate: must run promotion.method "
+                             f"{self.promotion.method!r} — add it to train.evaluate.methods (the "
+                             "promotion gate compares its per-question EM)")
         return self

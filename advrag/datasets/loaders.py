@@ -185,6 +185,21 @@ def _passage(row: Mapping[str, Any], where: str) -> dict[str, str]:
     return {"id": str(row["id"]), "contents": contents}
 
 
+def dataset_file(source: str, split: str, root: str | os.PathLike[str],
+                 world_dir: str | os.PathLike[str]) -> Path:
+    """The QA file a benchmark ``datasets`` source names.
+
+    'world' is ``<world_dir>/<split>.jsonl``; a source with a QA suffix or a
+    ``/`` is a file path (``~`` expanded, relative to the cwd); anything else
+    is a standard benchmark, resolved (and checked) by ``resolve_dataset``.
+    """
+    if source == "world":
+        return Path(world_dir) / f"{split}.jsonl"
+    if Path(source).suffix.lower() in _ROW_READERS or "/" in source:
+        return Path(source).expanduser()
+    return resolve_dataset(source, split, root)
+
+
 def resolve_dataset(name: str, split: str, root: str | os.PathLike[str]) -> Path:
     """Path of ``<root>/<name>/<split>.jsonl`` for a standard benchmark, checked to exist.
 
@@ -193,7 +208,9 @@ def resolve_dataset(name: str, split: str, root: str | os.PathLike[str]) -> Path
     """
     spec = STANDARD_DATASETS.get(name)
     if spec is None:
-        raise ValueError(f"unknown dataset {name!r}; known: {sorted(STANDARD_DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}: give 'world', a standard name "
+                         f"({', '.join(sorted(STANDARD_DATASETS))}) or a path to a "
+                         f"{'/'.join(sorted(_ROW_READERS))} file")
     if split not in spec.splits:
         raise ValueError(f"{name} has no {split!r} split; it has {list(spec.splits)}")
     path = spec.path(root, split)

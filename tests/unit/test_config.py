@@ -1,12 +1,12 @@
-"""Typed configs: the shipped YAML validates; typos and bad values are named."""
+"""Typed configs: the shipped YAML validates; typos and bad values are named in one message."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from annotated_types import Ge, Gt, Le, Lt
 
-import advrag.config as config_package
 from advrag.config import (
     AdversarialRLConfig,
     BenchmarkConfig,
@@ -15,10 +15,31 @@ from advrag.config import (
     NightlyConfig,
     Strict,
     TrainFlowConfig,
+    did_you_mean,
     load_config,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": AdversarialRLConfig,
+           "arr-no-adv.yaml": AdversarialRLConfig, "arr-no-proc.yaml": AdversarialRLConfig,
+           "nightly.yaml": NightlyConfig, "nightly-tiny.yaml": NightlyConfig}
+
+
+def config_models() -> list[type[Strict]]:
+    """Every config model: all subclasses of ``Strict``, however deep."""
+    found, todo = [], [Strict]
+    while todo:
+        children = todo.pop().__subclasses__()
+        found += children
+        todo += children
+    return found
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    """``text`` as the config file ``bad.yaml``."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
 
 
 def test_demo_config_validates():
@@ -27,23 +48,131 @@ def test_demo_config_validates():
     assert cfg.data.world.out_dir == Path("data/world")
 
 
-def test_unknown_key_is_an_error_naming_the_field(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("benchmark:\n  modle: smollm2\n")
-    with pytest.raises(ValueError, match="modle"):
-        load_config(bad, DemoConfig)
+@pytest.mark.parametrize("path", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_every_shipped_config_loads(path):
+    assert path in SHIPPED, "add the new config to SHIPPED with the model it is for"
+    assert isinstance(load_config(ROOT / "configs" / path, SHIPPED[path]), SHIPPED[path])
+
+
+def test_every_field_of_every_config_model_says_what_it_does():
+    models = config_models()
+    assert len(models) >= 12
+    missing = [f"{m.__name__}.{name}" for m in models for name, info in m.model_fields.items()
+               if not info.description]
+    assert missing == []
+
+
+def test_every_number_of_every_config_model_has_a_range():
+    unbounded = [f"{m.__name__}.{name}" for m in config_models()
+                 for name, info in m.model_fields.items()
+                 if info.annotation in (int, float, int | None, float | None)
+                 and not any(isinstance(c, (Ge, Gt, Le, Lt)) for c in info.metadata)]
+    assert unbounded == []
+
+
+def test_a_typo_is_one_line_naming_the_dotted_field_and_the_closest_name(tmp_path):
+    bad = write(tmp_path, "optim: {lr_rate: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, TrainFlowConfig)
+    assert str(err.value) == (f"{bad}: invalid TrainFlowConfig config: optim.lr_rate: unknown "
+                              "field — did you mean 'lr'?")
+
+
+def test_topk_zero_is_rejected_with_the_range_and_what_topk_is(tmp_path):
+    bad = write(tmp_path, "topk: 0\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, BenchmarkConfig)
+    assert str(err.value) == (f"{bad}: invalid BenchmarkConfig config: topk: Input should be "
+                              "greater than or equal to 1 (got 0) — set a valid value (topk is: "
+                              "Passages per search.)")
+
+
+def test_several_problems_are_one_message_with_a_line_each(tmp_path):
+    bad = write(tmp_path, "optim: {lr_rate: 1.0e-5}\ntopk: 0\nwarmup: {sft: {epochs: 0}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, TrainFlowConfig)
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{bad}: invalid TrainFlowConfig config:"
+    assert "  - optim.lr_rate: unknown field — did you mean 'lr'?" in lines
+    assert any(line.startswith("  - topk: Input should be greater than or equal to 1 (got 0)")
+               for line in lines)
+    assert any(line.startswith("  - warmup.sft.epochs: Input should be greater than or equal "
+                               "to 1 (got 0)") for line in lines)
+    assert len(lines) == 4
+
+
+@pytest.mark.parametrize(("model", "text", "problem"), [
+    (NightlyConfig, "train:\n  lora: {rank: 8}\n",
+     "train.lora.rank: unknown field — did you mean 'r'?"),
+    (NightlyConfig, "train:\n  zzz: 1\n",
+     "train.zzz: unknown field — remove it; valid fields here: checkpoint_dir, checkpoint_every,"),
+    (BenchmarkConfig, "methods: [cot, naive-rag]\n", "methods[1]: Input should be 'cot', "
+     "'naive_rag', 'search_r1' or 'arr' (got 'naive-rag') — did you mean 'naive_rag'?"),
+    (TrainFlowConfig, "lora: {target_modules: 5}\n", "lora.target_modules: Input should be a "
+     "valid string or Input should be a valid list (got 5) — set a valid value"),
+    (AdversarialRLConfig, "verifier_optim: {lr_rate: 1.0}\n",
+     "verifier_optim.lr_rate: unknown field — did you mean 'lr'?"),
+    (AdversarialRLConfig, "verifier_optim: {lr: 0}\n",
+     "verifier_optim.lr: Input should be greater than 0 (got 0)"),
+    (AdversarialRLConfig, "critique_actions: [verfy]\n",
+     "critique_actions[0]: Input should be 'verify', 'selected_doc', 'response' or "
+     "'final_answer' (got 'verfy') — did you mean 'verify'?"),
+    (AdversarialRLConfig, "pattern_scores: {D: 1.0, ID: 0.8, F: 0.6, DI: 0.4, X: 0.2}\n",
+     "pattern_scores: give exactly the patterns D, ID, F, DI, I a score (missing: I; unknown: X)"),
+    (AdversarialRLConfig, "pattern_scores: {D: 2.0, ID: 0.8, F: 0.6, DI: 0.4, I: 0.2}\n",
+     "pattern_scores.D: Input should be less than or equal to 1 (got 2.0)"),
+    (AdversarialRLConfig, "optim: {group_size: 3}\n",
+     "optim.group_size: both agents share one group size — set group_size at the top level"),
+    (AdversarialRLConfig, "lora: null\n", "policies: 'shared_lora' needs lora settings — give "
+     "lora, or use policies: separate for full fine-tuning"),
+    (NightlyConfig, "data: {dvc_repro: false}\n", "data.dvc_repro: must be true"),
+    (NightlyConfig, "train: {evaluate: null}\n", "train.evaluate: must run promotion.method"),
+    (TrainFlowConfig, "temperature: 0\n", "temperature: Input should be greater than 0"),
+    (TrainFlowConfig, "optim: {seed: -1}\n", "optim.seed: Input should be greater than or equal"),
+    (TrainFlowConfig, "lora: {dropout: 1.0}\n", "lora.dropout: Input should be less than 1"),
+    (TrainFlowConfig, "model: ''\n", "model: String should have at least 1 character"),
+    (BenchmarkConfig, "retriever_url: localhost:8000\n", "retriever_url: String should match"),
+    (BenchmarkConfig, "methods: []\n", "methods: List should have at least 1 item"),
+])
+def test_each_bad_value_names_its_field_and_the_fix(tmp_path, model, text, problem):
+    bad = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, model)
+    assert str(err.value).startswith(f"{bad}: invalid {model.__name__} config: {problem}")
+    assert "\n" not in str(err.value) and "Value error" not in str(err.value)
+
+
+def test_overrides_are_laid_over_the_file_and_named_in_the_message():
+    demo = ROOT / "configs/demo.yaml"
+    cfg = load_config(demo, DemoConfig, {"benchmark": {"limit": 4}})
+    assert (cfg.benchmark.limit, cfg.benchmark.topk) == (4, 3)
+    with pytest.raises(ConfigError, match=r"with overrides .*benchmark\.limit: Input should be"):
+        load_config(demo, DemoConfig, {"benchmark": {"limit": 0}})
+
+
+def test_did_you_mean_takes_a_similar_name_or_a_prefix():
+    assert did_you_mean("modle", ["model", "methods"]) == "did you mean 'model'?"
+    assert did_you_mean("rank", ["r", "alpha"]) == "did you mean 'r'?"
+    assert did_you_mean("optim", ["data", "train", "promotion"]) is None
 
 
 def test_unknown_method_is_rejected(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("methods: [cot, telepathy]\n")
     with pytest.raises(ValueError, match="telepathy"):
-        load_config(bad, BenchmarkConfig)
+        load_config(write(tmp_path, "methods: [cot, telepathy]\n"), BenchmarkConfig)
 
 
 def test_missing_file_says_where_examples_are(tmp_path):
     with pytest.raises(FileNotFoundError, match="configs/"):
         load_config(tmp_path / "nope.yaml", DemoConfig)
+
+
+def test_broken_or_binary_yaml_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "train: {optim: [\n"), NightlyConfig)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(binary, NightlyConfig)
 
 
 def test_extends_lays_the_file_over_its_parent(tmp_path):
@@ -73,49 +202,3 @@ def test_extends_errors_name_the_file_and_the_fix(tmp_path):
     (tmp_path / "list.yaml").write_text("extends: [a.yaml, b.yaml]\n")
     with pytest.raises(ValueError, match="takes one file path"):
         load_config(tmp_path / "list.yaml", BenchmarkConfig)
-
-
-def test_every_field_of_every_config_model_says_what_it_does():
-    models = [m for m in vars(config_package).values()
-              if isinstance(m, type) and issubclass(m, Strict) and m is not Strict]
-    assert len(models) >= 12
-    missing = [f"{m.__name__}.{name}" for m in models for name, info in m.model_fields.items()
-               if not info.description]
-    assert missing == []
-
-
-@pytest.mark.parametrize(("path", "model"), [
-    ("demo.yaml", DemoConfig), ("train.yaml", TrainFlowConfig), ("arr.yaml", AdversarialRLConfig),
-    ("arr-no-adv.yaml", AdversarialRLConfig), ("arr-no-proc.yaml", AdversarialRLConfig),
-    ("nightly.yaml", NightlyConfig), ("nightly-tiny.yaml", NightlyConfig)])
-def test_every_shipped_config_loads(path, model):
-    assert isinstance(load_config(ROOT / "configs" / path, model), model)
-
-
-def test_one_message_names_each_bad_field_and_its_fix(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("optim: {lr_rate: 1.0e-5}\ntopk: 0\nwarmup: {sft: {epochs: 0}}\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(bad, TrainFlowConfig)
-    lines = str(err.value).splitlines()
-    assert lines[0] == f"{bad}: invalid TrainFlowConfig config:"
-    assert "  - optim.lr_rate: unknown field — did you mean 'lr'?" in lines
-    assert any(line.startswith("  - topk: Input should be greater than or equal to 1 (got 0)")
-               and "Passages per search." in line for line in lines)
-    assert any(line.startswith("  - warmup.sft.epochs: Input should be greater than or equal "
-                               "to 1 (got 0)") for line in lines)
-
-
-def test_broken_yaml_and_nested_typos_are_config_errors(tmp_path):
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("train: {optim: [\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(broken, NightlyConfig)
-    typo = tmp_path / "typo.yaml"
-    typo.write_text("train:\n  lora: {rank: 8}\n")
-    with pytest.raises(ConfigError, match=r"train\.lora\.rank: unknown field — did you mean 'r'\?"):
-        load_config(typo, NightlyConfig)
-    far = tmp_path / "far.yaml"
-    far.write_text("train:\n  zzz: 1\n")
-    with pytest.raises(ConfigError, match="train.zzz: unknown field — remove it; valid fields"):
-        load_config(far, NightlyConfig)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from advrag.datasets.loaders import (
     STANDARD_DATASETS,
+    dataset_file,
     load_corpus,
     load_qa,
     resolve_dataset,
@@ -177,7 +179,21 @@ def test_resolve_dataset_errors_say_what_and_where(tmp_path):
     assert str(tmp_path / "musique" / "dev.jsonl") in message
     assert "RUC-NLPIR/FlashRAG_datasets" in message
     assert "PeterJinGo/nq_hotpotqa_train" in message
-    with pytest.raises(ValueError, match="unknown dataset 'squad'"):
+    with pytest.raises(ValueError, match=r"unknown dataset 'squad': .* or a path to a "
+                       r"\.json/\.jsonl/\.parquet file"):
         resolve_dataset("squad", "dev", tmp_path)
     with pytest.raises(ValueError, match=r"popqa has no 'train' split; it has \['test'\]"):
         resolve_dataset("popqa", "train", tmp_path)
+
+
+def test_dataset_file_of_each_kind_of_source(tmp_path):
+    nq = write_jsonl(tmp_path / "bench" / "nq" / "test.jsonl", FLASHRAG_ROWS)
+    where = {"split": "test", "root": tmp_path / "bench", "world_dir": tmp_path / "world"}
+    assert dataset_file("world", **where) == tmp_path / "world" / "test.jsonl"
+    assert dataset_file("nq", **where) == nq
+    assert dataset_file("/data/my qa/test.jsonl", **where) == Path("/data/my qa/test.jsonl")
+    assert dataset_file("../rel/Dev.JSONL", **where) == Path("../rel/Dev.JSONL")
+    assert dataset_file("rel/no_suffix", **where) == Path("rel/no_suffix")  # load_qa names it
+    assert dataset_file("~/qa.parquet", **where) == Path.home() / "qa.parquet"
+    with pytest.raises(ValueError, match="unknown dataset 'hotpot'"):
+        dataset_file("hotpot", **where)
