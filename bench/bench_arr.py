@@ -28,7 +28,7 @@ import torch
 
 PARTS = ("reasoner/time/rollout_s", "verifier/time/rollout_s", "time/retrieval_s",
          "reasoner/time/score_s", "verifier/time/score_s", "reasoner/time/update_s",
-         "verifier/time/update_s", "time/step_s")
+         "verifier/time/update_s", "time/push_s", "time/step_s")
 
 
 def tiny_model(world: Path, out: Path) -> Path:

@@ -21,19 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """Median fp32 GFLOP/s of an n×n matmul (2·n³ FLOPs)."""
-    import torch
-
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
+from reporting import matmul_peak_gflops
 
 
 def synthetic_trajectories(tokenizer, batch: int, seq: int):
@@ -104,7 +92,7 @@ def main() -> None:
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.batch, args.seq, args.repeats, args.cpu_bf16)))
         return
-    peak = matmul_peak_gflops()
+    peak = matmul_peak_gflops("float32")
     rows = []
     variants = [
         (m, b) for b in ([False, True] if args.cpu_bf16 else [False]) for m in ("full", "lora")

@@ -12,12 +12,16 @@ them: TRL takes one optimizer step, then our step runs from TRL's
 
 What one step is, on each side (same prompts, group size, completion cap, lr,
 clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing):
-- ours: ``HFGenerator`` samples ``prompts × group`` completions from the
-  trainer's own model (one batched ``generate``), each becomes a ``Trajectory``
+- ours: the train flow's generator (``make_generator("hf")``: the trainer's own
+  model, or under CPU bf16 a bf16 copy with LoRA merged, pushed after every
+  update, the push inside the step's time) samples ``prompts × group``
+  completions (one batched ``generate``), each becomes a ``Trajectory``
   (prompt segment + policy segment), rewards are scored, then
-  ``LocalTrainer.update``: re-tokenise, old log-probs + entropy (one no-grad
-  forward), reference log-probs (only when KL > 0), GRPO advantages, PPO-clip
-  loss with gradient accumulation over micro-batches, clip, AdamW.
+  ``LocalTrainer.update``: re-tokenise, reference log-probs (only when KL >
+  0), GRPO advantages, PPO-clip loss with gradient accumulation over
+  length-grouped micro-batches (one epoch: no separate old-log-prob pass, the
+  entropy read from the same forward; the LM head only at completion
+  positions), clip, fused AdamW.
 - TRL: ``GRPOTrainer`` with ``num_iterations=1`` on transformers ``generate``:
   one batched generation, reward, reference log-probs (only when beta > 0),
   then the loss on micro-batches. With one iteration it skips the old log-prob
@@ -74,7 +78,7 @@ class OurSide:
     """Our single-turn GRPO step: sample → trajectories → score → ``LocalTrainer.update``."""
 
     def __init__(self, mode: str, bf16: bool, args):
-        from advrag.engines.local.generation import HFGenerator
+        from advrag.engines.generators import make_generator
         from advrag.engines.local.policy import LoraSettings, TrainablePolicy
         from advrag.engines.local.trainer import LocalTrainer, TrainConfig
         from advrag.models.loading import load_policy
@@ -92,8 +96,8 @@ class OurSide:
             loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
         )
         self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
-        self.generator = HFGenerator(
-            policy.model, loaded.tokenizer, temperature=1.0, top_p=1.0,
+        self.generator = make_generator(  # the train flow's: a bf16 copy under bf16
+            "hf", policy.model, loaded.tokenizer, loaded.source, temperature=1.0, top_p=1.0,
             batch_size=args.prompts * args.group, max_prompt_tokens=args.max_prompt_len,
             autocast=policy.autocast,
         )
@@ -104,7 +108,7 @@ class OurSide:
         """One timed GRPO step on ``records`` (each sampled ``group`` times)."""
         from advrag.agents.types import Trajectory
         from advrag.core.metrics import f1_score
-        from advrag.engines.local.steps import score
+        from advrag.engines.local.steps import push_updated_weights, score
 
         started = time.perf_counter()
         self.trainer.policy.model.eval()
@@ -122,6 +126,7 @@ class OurSide:
             trajectories, repeated, lambda t, r: f1_score(t.policy_text(), r.golden_answers)
         )
         metrics = self.trainer.update(trajectories, scores, [r.id for r in repeated]).metrics
+        push_updated_weights(self.generator, self.trainer)
         step_s = time.perf_counter() - started
         return {
             "step_s": step_s,
@@ -263,11 +268,13 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
 
 WORK = {
     "ours": (
-        "HFGenerator.generate (one batch, temperature 1, top-p 1) -> Trajectory(prompt, policy) "
-        "-> F1 reward -> LocalTrainer.update: re-tokenise, no-grad forward for old log-probs + "
-        "entropy over all positions, reference forward only if kl_coef > 0, GRPO z-score "
-        "advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad accumulation over "
-        "micro-batches, clip 1.0, AdamW (torch default)."
+        "make_generator('hf').generate (one batch, temperature 1, top-p 1; under bf16 a bf16 "
+        "copy, LoRA merged, pushed after each update inside the step) -> Trajectory(prompt, policy) "
+        "-> F1 reward -> LocalTrainer.update: re-tokenise, reference forward only if kl_coef > "
+        "0, GRPO z-score advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad "
+        "accumulation over length-grouped micro-batches, clip 1.0, fused AdamW; no old log-prob "
+        "pass (one epoch: the ratio's denominator is the detached current log-prob, the "
+        "entropy read from the same forward) and logits only at completion positions."
     ),
     "trl": (
         "GRPOTrainer, num_iterations=1, transformers generate (one batch, temperature 1, "
@@ -281,8 +288,9 @@ WORK = {
         "Sampling is random on both sides, so completion lengths differ: compare tokens/s as "
         "well as seconds. Ours trains on the decoded completion re-tokenised without the EOS "
         "token; TRL trains on the sampled ids including EOS. With bf16 both sides keep fp32 "
-        "weights and run generation, log-prob and loss passes under CPU bf16 autocast (ours "
-        "through TrainablePolicy.autocast, as the train flow does; TRL through accelerate)."
+        "weights and run log-prob and loss passes under CPU bf16 autocast (ours through "
+        "TrainablePolicy.autocast, TRL through accelerate); TRL also generates under autocast, "
+        "ours from a bf16 copy, as the train flow does."
     ),
 }
 

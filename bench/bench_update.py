@@ -1,4 +1,4 @@
-"""One GRPO update on rollouts of mixed lengths: micro-batches in batch order vs by length.
+"""One GRPO update on mixed-length rollouts, four ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
 
@@ -6,11 +6,20 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 0–2 rounds of 64 policy tokens + ~400 tokens of retrieved passages, then a
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
-train config's micro-batch of 4) updates on them with its micro-batches
-formed two ways, interleaved in one process: in batch order (before) and
-grouped by length (``logprobs.micro_batches``, now). Reported per way: median
-update seconds, real tokens, token positions computed (padding included) and
-6·N·T GFLOP/s on the real tokens, against the bf16 matmul peak of this run.
+train config's micro-batch of 4) updates on them four ways, each adding one
+change to the previous, interleaved in one process:
+
+- ``before``: micro-batches of consecutive rows, the old-log-prob pass before
+  the step, the LM head over every position (the update as it was);
+- ``+ by length``: micro-batches grouped by length (``logprobs.micro_batches``);
+- ``+ one pass``: no separate old-log-prob pass — with one epoch the old
+  log-probs are the detached current ones;
+- ``+ scored head``: the LM head, log-softmax and entropy only at the positions
+  that predict a policy token (``logprobs.scored_logits``): the update now.
+
+Reported per way: median update seconds, real tokens, token positions the
+forwards compute (padding included; the old pass counted), and 6·N·T GFLOP/s on
+the real tokens against the bf16 matmul peak measured in the same run.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from reporting import write_report
+from reporting import matmul_peak_gflops, write_report
 
 PROMPT, POLICY, PASSAGES = 150, 64, 400
 
@@ -61,23 +70,26 @@ def in_batch_order(attention_mask: torch.Tensor, micro_batch_size: int) -> list[
     return list(torch.arange(attention_mask.shape[0]).split(micro_batch_size))
 
 
-def bf16_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """Median bf16 GFLOP/s of an n×n matmul (2·n³ FLOPs)."""
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
 
-
-def computed_positions(trainer, trajectories, strategy) -> int:
-    """Token positions the forward passes run over (each micro-batch padded to its longest)."""
+def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
+    """Token positions ``passes`` forwards run over (each micro-batch padded to its longest)."""
     mask = trainer.encode(trajectories).attention_mask
-    return sum(len(index) * int(mask[index].sum(dim=1).max())
-               for index in strategy(mask, trainer.config.micro_batch_size))
+    return passes * sum(len(index) * int(mask[index].sum(dim=1).max())
+                        for index in strategy(mask, trainer.config.micro_batch_size))
+
+
+WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions)
+    "before": ("batch order", True, False),
+    "+ by length": ("by length", True, False),
+    "+ one pass": ("by length", False, False),
+    "+ scored head": ("by length", False, True),
+}
+
+
+def head_everywhere(model, batch, rows, cols):
+    """The former LM head: logits at every position, the scored ones picked afterwards."""
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                 use_cache=False).logits[rows, cols - 1]
 
 
 def main() -> None:
@@ -104,28 +116,36 @@ def main() -> None:
     scores = torch.arange(args.batch, dtype=torch.float32) % 3
     groups = [i // 4 for i in range(args.batch)]
     strategies = {"batch order": in_batch_order, "by length": logprobs.micro_batches}
-    times: dict[str, list[float]] = {name: [] for name in strategies}
+    times: dict[str, list[float]] = {name: [] for name in WAYS}
     tokens = 0.0
+    heads = {True: logprobs.scored_logits, False: head_everywhere}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, strategy in strategies.items():
-            logprobs.micro_batches = trainer_module.micro_batches = strategy
+        for name, (grouping, old_pass, scored_head) in WAYS.items():
+            logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
+            logprobs.scored_logits = heads[scored_head]
             start = time.perf_counter()
-            tokens = trainer.update(trajectories, scores, groups).metrics["tokens"]
+            inputs = trainer.prepare(trajectories, scores, groups, entropy_first=old_pass)
+            tokens = trainer.learn(inputs).metrics["tokens"]
             if repeat:
                 times[name].append(time.perf_counter() - start)
     logprobs.micro_batches = trainer_module.micro_batches = strategies["by length"]
-    peak = bf16_peak_gflops()
-    rows = {name: {"update_s": statistics.median(t), "real_tokens": tokens,
-                   "computed_positions": computed_positions(trainer, trajectories,
-                                                            strategies[name]),
-                   "gflops_6NT": 6 * n_params * tokens / statistics.median(t) / 1e9}
-            for name, t in times.items()}
-    for row in rows.values():
-        row["share_of_bf16_peak"] = row["gflops_6NT"] / peak
+    logprobs.scored_logits = heads[True]
+    peak = matmul_peak_gflops("bfloat16")
+    rows = {}
+    for name, (grouping, old_pass, _) in WAYS.items():
+        seconds = statistics.median(times[name])
+        rows[name] = {"update_s": seconds, "real_tokens": tokens,
+                      "forward_positions": computed_positions(
+                          trainer, trajectories, strategies[grouping], 1 + old_pass),
+                      "gflops_6NT": 6 * n_params * tokens / seconds / 1e9,
+                      "share_of_bf16_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
+    names = list(WAYS)
     write_report(args.out, {
         "bench": "bench/bench_update.py", "batch": args.batch, "micro_batch": args.micro_batch,
         "bf16_cpu": policy.cpu_bf16, "bf16_matmul_peak_gflops": peak, "rows": rows,
-        "speedup_by_length": rows["batch order"]["update_s"] / rows["by length"]["update_s"],
+        "speedup_each": {now: rows[was]["update_s"] / rows[now]["update_s"]
+                         for was, now in zip(names, names[1:])},
+        "speedup_total": rows[names[0]]["update_s"] / rows[names[-1]]["update_s"],
     })
 
 

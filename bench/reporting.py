@@ -1,9 +1,12 @@
-"""Where a benchmark's numbers go: one JSON file under bench/results/, echoed to stdout."""
+"""Where a benchmark's numbers go (one JSON file under bench/results/, echoed), and the peak they
+are measured against."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
+import time
 from pathlib import Path
 
 
@@ -13,3 +16,18 @@ def write_report(path: Path, report: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+def matmul_peak_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of an n×n matmul (2·n³ FLOPs) in ``dtype``, measured in this process."""
+    import torch
+
+    a, b = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
+    a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+

@@ -29,8 +29,8 @@ def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, **options)
     (bf16 over fp32), it samples instead from a copy in the compute dtype, which
     ``push_weights`` refreshes (``SnapshotGenerator``: faster than autocast).
     """
-    compute = _compute_dtype(model, options.get("autocast"))
-    if compute == _compute_dtype(model, None):
+    compute = compute_dtype(model, options.get("autocast"))
+    if compute == compute_dtype(model, None):
         return HFGenerator(model, tokenizer, **options)
     options.pop("autocast")
     return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), **options)
@@ -41,13 +41,13 @@ def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,
     """A vLLM engine on ``model_dir``, loaded with ``model``'s current weights."""
     from advrag.engines.vllm.generation import VLLMGenerator
 
-    options.setdefault("dtype", _compute_dtype(model, options.pop("autocast", None)))
+    options.setdefault("dtype", compute_dtype(model, options.pop("autocast", None)))
     generator = VLLMGenerator(model_dir, tokenizer, **options)
     generator.push_weights(model)
     return generator
 
 
-def _compute_dtype(model: nn.Module, autocast) -> str:
+def compute_dtype(model: nn.Module, autocast) -> str:
     """The dtype ``model`` computes in under ``autocast`` (a context factory, or None)."""
     context = autocast() if autocast is not None else None
     if isinstance(context, torch.autocast):

@@ -28,7 +28,7 @@ from advrag.engines.local.dual import (
     latest_common_step,
     shared_lora_policies,
 )
-from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import LoraSettings
 from advrag.engines.local.tokenize import encode_trajectories
 from advrag.engines.local.trainer import TrainConfig
@@ -116,6 +116,35 @@ def test_each_agent_samples_with_its_own_adapter(tiny_policy_dir, tmp_path):
     assert reasoner_out == greedy(base.model)  # reasoner adapter still zero: the base
     assert verifier_out != reasoner_out
     assert policies["reasoner"].model.active_adapter == "reasoner"
+
+
+def test_bf16_sampling_uses_a_copy_per_agent_with_only_its_adapter_merged(tiny_policy_dir,
+                                                                          tmp_path):
+    policies, tokenizer = _perturbed_shared(tiny_policy_dir)
+    for policy in policies.values():
+        policy.cpu_bf16 = True  # bf16 autocast over fp32 weights (emulated where not native)
+    generators = agent_generators(policies, dict.fromkeys(policies, tokenizer), temperature=0.0)
+    assert all(isinstance(g, SnapshotGenerator) for g in generators.values())
+    assert all(p.dtype == torch.bfloat16 for g in generators.values() for p in g.model.parameters())
+    prompts = [generators["reasoner"].chat_prompt("Who founded Zorvath?")]
+
+    def greedy(agent: str) -> list[str]:
+        """The agent's adapter merged by export, cast to bf16, decoded greedily."""
+        exported = export_policy(policies[agent], tokenizer, tmp_path / agent)
+        model = load_policy(str(exported)).model.to(torch.bfloat16)
+        return HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=12)
+
+    outputs = {a: g.generate(prompts, max_new_tokens=12) for a, g in generators.items()}
+    assert outputs == {agent: greedy(agent) for agent in generators}
+    assert outputs["reasoner"] != outputs["verifier"]
+    with torch.no_grad():  # the reasoner's adapter becomes the verifier's
+        for mine, theirs in zip(policies["reasoner"].trainable_parameters(),
+                                policies["verifier"].trainable_parameters()):
+            mine.copy_(theirs)
+    assert generators["reasoner"].generate(prompts, max_new_tokens=12) == outputs["reasoner"]
+    generators["reasoner"].push_weights(policies["reasoner"].model)
+    assert generators["reasoner"].generate(prompts, max_new_tokens=12) == outputs["verifier"]
+    assert policies["reasoner"].model.peft_config.keys() == {"reasoner", "verifier"}
 
 
 def test_two_joint_steps_update_both_adapters_and_leave_the_base(uninterrupted):

@@ -45,28 +45,48 @@ def _naive(model, ids: list[int]) -> tuple[list[float], list[float]]:
     return logprobs, entropies
 
 
-def test_matches_a_naive_per_sequence_computation(policy, batch):
+def test_matches_a_naive_per_sequence_computation_on_the_scored_tokens(policy, batch):
     logprobs, entropy = sequence_logprobs(
         policy.model, batch, micro_batch_size=3, with_entropy=True
     )
     assert logprobs.shape == entropy.shape == batch.input_ids.shape
     for row in range(len(batch)):
         n = int(batch.attention_mask[row].sum())
+        scored = batch.loss_mask[row, :n]
+        assert scored.sum() >= 3 and not scored[0]
         want_lp, want_ent = _naive(policy.model, batch.input_ids[row, :n].tolist())
         torch.testing.assert_close(
-            logprobs[row, :n].double(),
-            torch.tensor(want_lp, dtype=torch.float64),
+            logprobs[row, :n][scored].double(),
+            torch.tensor(want_lp, dtype=torch.float64)[scored],
             atol=1e-5,
             rtol=0,
         )
         torch.testing.assert_close(
-            entropy[row, :n].double(),
-            torch.tensor(want_ent, dtype=torch.float64),
+            entropy[row, :n][scored].double(),
+            torch.tensor(want_ent, dtype=torch.float64)[scored],
             atol=1e-5,
             rtol=0,
         )
-        assert torch.all(logprobs[row, n:] == 0) and torch.all(entropy[row, n:] == 0)
-    assert torch.all(logprobs[:, 0] == 0)
+    unscored = ~batch.loss_mask  # prompt tokens, position 0 and padding hold exactly 0
+    assert torch.all(logprobs[unscored] == 0) and torch.all(entropy[unscored] == 0)
+
+
+def test_only_scored_positions_reach_the_head_unless_it_scales_its_logits(policy, batch):
+    head_inputs = []
+    hook = policy.model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: head_inputs.append(tuple(args[0].shape)))
+    try:
+        plain, _ = sequence_logprobs(policy.model, batch, micro_batch_size=3)
+        policy.model.config.logit_scale = 1.0 + 1e-9  # not a plain linear head: full forward
+        full, _ = sequence_logprobs(policy.model, batch, micro_batch_size=3)
+    finally:
+        hook.remove()
+        del policy.model.config.logit_scale
+    hidden = policy.model.config.hidden_size
+    assert head_inputs == [(int(batch.loss_mask.sum()), hidden),
+                           (*batch.input_ids.shape, hidden)]
+    torch.testing.assert_close(full, plain, atol=1e-5, rtol=0)
+    assert torch.equal(full != 0, batch.loss_mask)
 
 
 def test_padding_columns_do_not_change_real_tokens(policy, batch):

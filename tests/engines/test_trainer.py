@@ -69,7 +69,7 @@ def _grads(trainer: LocalTrainer, inputs: UpdateInputs) -> dict[str, torch.Tenso
     """Gradients of one full-batch loss, accumulated over micro-batches (no optimizer step)."""
     with trainer.policy.training():
         trainer.optimizer.zero_grad(set_to_none=True)
-        trainer.accumulate_gradients(inputs)
+        trainer.accumulate_gradients(inputs, measure_entropy=False)
     return {
         n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
         for n, p in trainer.policy.model.named_parameters()
@@ -117,7 +117,7 @@ def test_lora_trains_only_the_adapter_and_its_reference_is_the_base(tiny_policy_
 
 def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
     trainer = _trainer(tiny_policy_dir)
-    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS)
+    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS, entropy_first=True)
     masked = ~inputs.batch.loss_mask
     generator = torch.Generator().manual_seed(0)
 
@@ -166,6 +166,29 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_policy_dir, ag
         assert torch.linalg.vector_norm(grad - whole[name]) <= 1e-5 * torch.linalg.vector_norm(
             whole[name]
         )
+
+
+def test_one_epoch_skips_the_old_logprob_pass_and_takes_the_same_step(tiny_policy_dir):
+    # kl_coef 0: no reference pass, so every forward counted is the policy's own
+    one_pass, two_pass = (_trainer(tiny_policy_dir, kl_coef=0.0) for _ in range(2))
+    forwards = {"one": 0, "two": 0}
+    for name, trainer in (("one", one_pass), ("two", two_pass)):
+        def count(*_, name=name):
+            forwards[name] += 1
+        trainer.policy.model.get_decoder().register_forward_hook(count)
+    on_policy = one_pass.prepare(_trajectories(), SCORES, GROUPS)
+    measured = two_pass.prepare(_trajectories(), SCORES, GROUPS, entropy_first=True)
+    assert on_policy.old_logprobs is None and on_policy.entropy is None
+    assert forwards == {"one": 0, "two": 2}  # 4 rows in micro-batches of 2
+    one, two = one_pass.learn(on_policy), two_pass.learn(measured)
+    assert forwards == {"one": 2, "two": 4}
+    mask = one.batch.loss_mask
+    torch.testing.assert_close(one.entropy, two.entropy)
+    assert one.entropy[mask].min() > 0
+    assert one.metrics["entropy"] == pytest.approx(two.metrics["entropy"], rel=1e-5)
+    assert one.metrics["clip_fraction"] == two.metrics["clip_fraction"] == 0.0
+    for (name, after), before in zip(_params(one_pass).items(), _params(two_pass).values()):
+        torch.testing.assert_close(after, before, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_policy_dir):

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from advrag.engines.generators import _compute_dtype, make_generator
+from advrag.engines.generators import compute_dtype, make_generator
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.vllm.weights import checkpoint_weights
 from advrag.models.loading import load_policy
@@ -99,9 +99,9 @@ def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_di
 
 def test_vllm_dtype_follows_the_policy_autocast(policy):
     bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
-    assert _compute_dtype(policy.model, bf16) == "bfloat16"
-    assert _compute_dtype(policy.model, None) == "float32"
-    assert _compute_dtype(policy.model.to(torch.float64), None) == "float64"
+    assert compute_dtype(policy.model, bf16) == "bfloat16"
+    assert compute_dtype(policy.model, None) == "float32"
+    assert compute_dtype(policy.model.to(torch.float64), None) == "float64"
     policy.model.to(torch.float32)
 
 

@@ -72,6 +72,7 @@ from advrag.core.arr_rewards import bin_value, gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
 from advrag.core.patterns import PATTERNS
 from advrag.datasets.records import QARecord
+from advrag.engines.local.steps import push_updated_weights
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer
 from advrag.retrieval.base import Retriever
@@ -184,7 +185,7 @@ def verifier_update(trainer: LocalTrainer, splits: Sequence[SplitTrajectory],
     Returns the update's metrics and the process term (computed even when off, for its metrics).
     """
     inputs = trainer.prepare([s.trajectory for s in splits], [s.reward_verifier for s in scores],
-                             [r.id for r in records])
+                             [r.id for r in records], entropy_first=True)
     ids = action_token_ids(inputs.batch.segment_ids, [s.segment_action for s in splits])
     in_docs, in_action = gold_flags(splits, dialogues, [r.golden_answers for r in records])
     device = inputs.advantages.device
@@ -256,12 +257,15 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         lambda: [split_actions(d.verifier, config.critique_actions) for d in dialogues])
     (v_metrics, term), v_update_s = _timed(lambda: verifier_update(
         trainers["verifier"], v_splits, dialogues, repeated, scores, impact_values, config))
+    _, push_s = _timed(lambda: [push_updated_weights(generators[agent], trainers[agent])
+                                for agent in ("reasoner", "verifier")])
 
     times |= {
         "reasoner/time/score_s": r_score_s + r_entropy_s + r_impact_s,
         "reasoner/time/update_s": r_update_s,
         "verifier/time/score_s": v_split_s,
         "verifier/time/update_s": v_update_s,
+        "time/push_s": push_s,
     }
     v_means = [row[: len(split.actions)] for row, split in zip(term.mean_entropy.tolist(), v_splits)]
     metrics = (

@@ -29,12 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from advrag.agents.types import TextGenerator
 from advrag.common.fileio import atomic_dir
+from advrag.engines.generators import compute_dtype
 from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
-from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import (
     ADAPTER_FILE,
     LoraSettings,
@@ -85,10 +87,12 @@ class AdapterPolicy(TrainablePolicy):
         self.activate()
         return super().logprobs(batch, micro_batch_size=micro_batch_size, with_entropy=with_entropy)
 
-    def logprobs_with_grad(self, batch: Batch) -> Tensor:
-        """Differentiable log-probs under this adapter."""
+    def logprobs_with_grad(
+        self, batch: Batch, *, with_entropy: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Differentiable log-probs (and entropy if asked) under this adapter."""
         self.activate()
-        return super().logprobs_with_grad(batch)
+        return super().logprobs_with_grad(batch, with_entropy=with_entropy)
 
     def save_weights(self, directory: Path) -> None:
         """Write this adapter alone as a peft adapter directory (config + safetensors)."""
@@ -152,14 +156,29 @@ class AdapterGenerator:
 
 def agent_generators(policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any], *,
                      temperature: float, batch_size: int = 64) -> dict[str, TextGenerator]:
-    """A sampling generator per agent on its policy's own weights (its adapter active)."""
-    generators: dict[str, TextGenerator] = {}
-    for name, policy in policies.items():
-        inner = HFGenerator(policy.model, tokenizers[name], temperature=temperature,
-                            batch_size=batch_size, autocast=policy.autocast)
-        generators[name] = AdapterGenerator(inner, policy) if isinstance(
-            policy, AdapterPolicy) else inner
-    return generators
+    """A sampling generator per agent on its policy's current weights (see ``agent_generator``)."""
+    return {name: agent_generator(policy, tokenizers[name], temperature=temperature,
+                                  batch_size=batch_size)
+            for name, policy in policies.items()}
+
+
+def agent_generator(policy: TrainablePolicy, tokenizer, *, temperature: float,
+                    batch_size: int) -> TextGenerator:
+    """One agent's sampler, in the dtype its policy computes in.
+
+    Under bf16 autocast over fp32 weights: a bf16 copy with this agent's adapter
+    merged (``SnapshotGenerator``; ``push_weights`` after each of its updates),
+    faster than sampling through autocast. Otherwise the live weights, this
+    agent's adapter activated before each call.
+    """
+    compute = compute_dtype(policy.model, policy.autocast)
+    adapter = policy.name if isinstance(policy, AdapterPolicy) else None
+    if compute != compute_dtype(policy.model, None):
+        return SnapshotGenerator(policy.model, tokenizer, dtype=getattr(torch, compute),
+                                 adapter=adapter, temperature=temperature, batch_size=batch_size)
+    inner = HFGenerator(policy.model, tokenizer, temperature=temperature, batch_size=batch_size,
+                        autocast=policy.autocast)
+    return AdapterGenerator(inner, policy) if adapter else inner
 
 
 def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:

@@ -96,23 +96,30 @@ class SnapshotGenerator(HFGenerator):
     every decoding step; a bf16 copy sampled 1.6x faster than autocast and 2.1x
     faster than fp32 here (``bench/results/rollout_precision.json``). Like the
     vLLM engine, the copy only changes through ``push_weights``, which the
-    training step calls after every update.
+    training step calls after every update. ``adapter``: on a base shared by
+    several LoRA adapters (ARR's agents), the one merged into this copy.
     """
 
-    def __init__(self, model: nn.Module, tokenizer, *, dtype: torch.dtype, **options):
+    def __init__(self, model: nn.Module, tokenizer, *, dtype: torch.dtype,
+                 adapter: str | None = None, **options):
         self.dtype = dtype
-        super().__init__(inference_copy(model, dtype), tokenizer, **options)
+        self.adapter = adapter
+        super().__init__(inference_copy(model, dtype, adapter), tokenizer, **options)
 
     def push_weights(self, model: nn.Module) -> None:
         """Sample from ``model``'s current weights from now on."""
-        self.model = inference_copy(model, self.dtype)
+        self.model = inference_copy(model, self.dtype, self.adapter)
 
 
-def inference_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A copy of ``model`` with any LoRA merged in, in ``dtype``, in eval mode (``model`` untouched)."""
+def inference_copy(model: nn.Module, dtype: torch.dtype, adapter: str | None = None) -> nn.Module:
+    """A copy of ``model`` with LoRA merged in, in ``dtype``, in eval mode (``model`` untouched).
+
+    ``adapter`` names the one adapter to merge where the model holds several;
+    None merges the active one(s).
+    """
     clone = copy.deepcopy(model)
     if hasattr(clone, "merge_and_unload"):
-        clone = clone.merge_and_unload()
+        clone = clone.merge_and_unload(adapter_names=[adapter] if adapter else None)
     return clone.to(dtype).eval()
 
 

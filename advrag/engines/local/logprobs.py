@@ -1,9 +1,11 @@
-"""Per-token log-probabilities (and entropies) of a token batch under a causal LM.
+"""Per-token log-probabilities (and entropies) of a token batch's scored tokens under a causal LM.
 
-Alignment: position ``t`` holds ``log p(token_t | tokens_<t)``; position 0 has
-no prediction and holds 0, as does every padding position. This matches
-``Batch.loss_mask``, which is never set on position 0, so log-probs and masks
-index the same tokens.
+Alignment: position ``t`` holds ``log p(token_t | tokens_<t)`` where
+``Batch.loss_mask`` scores token ``t`` (the policy's tokens: all that the loss,
+the KL, SFT and ARR's entropies read), and 0 everywhere else. Only the
+positions that predict a scored token go through the LM head: its
+vocabulary-wide matmul, log-softmax and entropy over every prompt and retrieved
+token were a third of a SmolLM2 update (``bench/bench_update.py``).
 
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over
@@ -14,7 +16,6 @@ expect the batch on the model's device.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from advrag.core.losses import entropy_from_logits, logprobs_from_logits
@@ -35,28 +36,49 @@ def micro_batches(attention_mask: Tensor, micro_batch_size: int) -> list[Tensor]
     return list(order.split(micro_batch_size))
 
 
-def _shift_right(values: Tensor, attention_mask: Tensor) -> Tensor:
-    """Predictions for tokens 1..n ``(b, n-1)`` → ``(b, n)`` with 0 at position 0 and on padding."""
-    return torch.where(attention_mask, F.pad(values, (1, 0)), 0.0)
-
-
 def token_logprobs(
     model: nn.Module, batch: Batch, *, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
     """One forward pass: log-probs ``(batch, seq)`` with gradients; entropy ``(batch, seq)``/None.
 
+    Both hold values at the scored tokens (``batch.loss_mask``) and 0 elsewhere.
     The entropy (of the distribution that predicted each token) is a
     diagnostic, computed from detached logits so it never enters a gradient.
     """
-    attention_mask = batch.attention_mask.bool()
-    logits = model(
-        input_ids=batch.input_ids, attention_mask=attention_mask.long(), use_cache=False
-    ).logits[:, :-1]
-    logprobs = _shift_right(logprobs_from_logits(logits, batch.input_ids[:, 1:]), attention_mask)
+    rows, cols = batch.loss_mask.nonzero(as_tuple=True)
+    logits = scored_logits(model, batch, rows, cols)
+    logprobs = _place(logprobs_from_logits(logits, batch.input_ids[rows, cols]), batch, rows, cols)
     if not with_entropy:
         return logprobs, None
-    entropy = _shift_right(entropy_from_logits(logits.detach()), attention_mask)
-    return logprobs, entropy
+    return logprobs, _place(entropy_from_logits(logits.detach()), batch, rows, cols)
+
+
+def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) -> Tensor:
+    """Logits ``(n, vocab)`` of the positions ``cols - 1`` that predict tokens ``(rows, cols)``.
+
+    The decoder runs over the whole batch; the LM head only over those
+    positions. Models whose head does more than a linear map (logit
+    soft-capping or scaling) take the full forward and pick the positions.
+    """
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long(),
+              "use_cache": False}
+    if not _linear_head(causal.config):
+        return model(**inputs).logits[rows, cols - 1]
+    hidden = causal.get_decoder()(**inputs).last_hidden_state
+    return causal.get_output_embeddings()(hidden[rows, cols - 1])
+
+
+def _linear_head(config) -> bool:
+    """Whether a model's logits are just its output embedding applied to the last hidden state."""
+    return (not getattr(config, "final_logit_softcapping", None)
+            and getattr(config, "logit_scale", None) in (None, 1.0))
+
+
+def _place(values: Tensor, batch: Batch, rows: Tensor, cols: Tensor) -> Tensor:
+    """Values of the scored tokens ``(n,)`` → ``(batch, seq)``, 0 elsewhere (differentiable)."""
+    zeros = torch.zeros(batch.input_ids.shape, dtype=values.dtype, device=values.device)
+    return zeros.index_put((rows, cols), values)
 
 
 @torch.no_grad()
@@ -66,7 +88,7 @@ def sequence_logprobs(
     """Log-probs ``(batch, seq)`` without gradients, ``micro_batch_size`` rows at a time.
 
     Micro-batches group rows of similar length (``micro_batches``); results go
-    back to their rows, zero on padding. Returns the entropy ``(batch, seq)``
+    back to their rows, zero outside the scored tokens. Returns the entropy ``(batch, seq)``
     too when ``with_entropy``, else None.
     """
     logprobs = torch.zeros(batch.input_ids.shape, device=batch.input_ids.device)

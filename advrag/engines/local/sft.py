@@ -19,7 +19,7 @@ from tqdm import tqdm
 from advrag.agents.types import Trajectory
 from advrag.config.engine import SFTConfig
 from advrag.engines.local.logprobs import micro_batches
-from advrag.engines.local.policy import TrainablePolicy
+from advrag.engines.local.policy import TrainablePolicy, adamw
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 
 
@@ -40,7 +40,7 @@ def sft_step(
         optimizer.zero_grad(set_to_none=True)
         for index in micro_batches(batch.attention_mask, config.micro_batch_size):
             part = batch.select(index)
-            loss = nll_loss(policy.logprobs_with_grad(part), part.loss_mask) / tokens
+            loss = nll_loss(policy.logprobs_with_grad(part)[0], part.loss_mask) / tokens
             loss.backward()
             total += float(loss.detach())
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.grad_clip)
@@ -72,7 +72,7 @@ def supervised_finetune(
     """
     if not demonstrations:
         raise ValueError("no demonstrations to fine-tune on; check the data and max_turns")
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
+    optimizer = adamw(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
     history = []
     batches = batches_of(len(demonstrations), config)
     progress = tqdm(batches, desc="SFT warm-up", unit="step", disable=None)  # off when not a tty

@@ -26,6 +26,13 @@ from advrag.retrieval.base import Retriever
 RewardFn = Callable[[Trajectory, QARecord], float]
 
 
+def push_updated_weights(generator: TextGenerator, trainer: LocalTrainer) -> None:
+    """Give a generator that samples from its own copy of the weights the trainer's new ones."""
+    push_weights = getattr(generator, "push_weights", None)
+    if push_weights is not None:
+        push_weights(trainer.policy.model)
+
+
 def rollout(
     records: Sequence[QARecord],
     generator: TextGenerator,
@@ -100,9 +107,7 @@ def grpo_step(
     scores = score(trajectories, repeated, reward_fn)
     scored = timer()
     metrics = trainer.update(trajectories, scores, [record.id for record in repeated]).metrics
-    push_weights = getattr(generator, "push_weights", None)
-    if push_weights is not None:
-        push_weights(trainer.policy.model)
+    push_updated_weights(generator, trainer)
     seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
                "update_s": timer() - scored}
     return rollout_metrics(trajectories, scores) | metrics | seconds

@@ -17,9 +17,14 @@ Conventions (where verl, TRL and the papers leave a choice):
 - ``seq-mean-token-sum-norm`` (Dr.GRPO) normalises by ``max_seq_len``, a
   constant, so the loss does not depend on padding.
 - Old log-probs are recomputed with the training model (eval mode, no grad)
-  before the first epoch; ``entropy`` is measured in that pass (the policy
-  that sampled). ``kl`` is reported only when ``kl_coef > 0`` (no reference
-  pass otherwise).
+  before the first epoch, and ``entropy`` is measured in that pass (the policy
+  that sampled) — when the math needs them: several epochs, an importance
+  weight hook, or a recipe that reads the entropy before ``learn``. Otherwise
+  (one epoch, the default) the policy has not moved when each micro-batch is
+  forwarded, so the old log-probs are the detached current ones (ratio 1, as
+  TRL does with one iteration) and the entropy is read from that same forward:
+  one pass over the batch fewer, the same gradient. ``kl`` is reported only when
+  ``kl_coef > 0`` (no reference pass otherwise).
 - Constructing a trainer seeds python, numpy and torch with ``config.seed``;
   loading a checkpoint afterwards restores the run's own RNG state.
 """
@@ -30,7 +35,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,7 +51,7 @@ from advrag.core.advantages import ADVANTAGE_ESTIMATORS, GroupIds
 from advrag.core.losses import POLICY_LOSSES, aggregate_loss, kl_penalty
 from advrag.engines.local.checkpoint import load_checkpoint, save_checkpoint
 from advrag.engines.local.logprobs import micro_batches
-from advrag.engines.local.policy import TrainablePolicy
+from advrag.engines.local.policy import TrainablePolicy, adamw
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 
 ImportanceWeightFn = Callable[[Batch, Tensor], Tensor]
@@ -78,16 +83,18 @@ class UpdateInputs:
     """Everything the loss needs, per token ``(batch, seq)``, computed once per update.
 
     ``entropy`` is the sampling policy's (from the old-log-prob pass): a recipe
-    may read it to add its own advantage terms before ``learn``. ``prepare_s``:
-    the seconds ``prepare`` took (counted in the update's tokens/s).
+    may read it to add its own advantage terms before ``learn``. Both are None
+    when ``prepare`` skipped that pass (on-policy, see the module's conventions):
+    ``learn`` then uses the detached current log-probs and measures the entropy.
+    ``prepare_s``: the seconds ``prepare`` took (counted in the update's tokens/s).
     """
 
     batch: Batch
-    old_logprobs: Tensor
+    old_logprobs: Tensor | None
     ref_logprobs: Tensor | None
     advantages: Tensor
     importance_weights: Tensor | None
-    entropy: Tensor
+    entropy: Tensor | None
     prepare_s: float = 0.0
 
     def select(self, index: Tensor) -> UpdateInputs:
@@ -136,7 +143,7 @@ class LocalTrainer:
         self.tokenizer = tokenizer
         self.config = config
         self.step = 0
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = adamw(
             policy.trainable_parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -213,14 +220,22 @@ class LocalTrainer:
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
         importance_weights: ImportanceWeightFn | None = None,
+        *,
+        entropy_first: bool = False,
     ) -> UpdateInputs:
-        """Encode, then old and reference log-probs, entropy and outcome advantages (no grad)."""
+        """Encode, then old and reference log-probs, entropy and outcome advantages (no grad).
+
+        ``entropy_first``: the caller reads ``entropy`` before ``learn`` (ARR's
+        verifier), so the old-log-prob pass runs even when the update is on-policy.
+        """
         started = time.perf_counter()
         cfg = self.config
         batch = self.encode(trajectories)
-        old_logprobs, entropy = self.policy.logprobs(
-            batch, micro_batch_size=cfg.micro_batch_size, with_entropy=True
-        )
+        old_logprobs = entropy = None
+        if entropy_first or importance_weights is not None or cfg.ppo_epochs > 1:
+            old_logprobs, entropy = self.policy.logprobs(
+                batch, micro_batch_size=cfg.micro_batch_size, with_entropy=True
+            )
         ref_logprobs = None
         if cfg.kl_coef > 0:
             ref_logprobs = self.policy.reference_logprobs(
@@ -235,7 +250,11 @@ class LocalTrainer:
     def learn(self, inputs: UpdateInputs) -> UpdateResult:
         """The optimizer steps on prepared inputs (``ppo_epochs`` of them), then the schedule."""
         started = time.perf_counter()
-        epochs = [self.optimizer_step(inputs) for _ in range(self.config.ppo_epochs)]
+        if inputs.entropy is None:  # on-policy: the first forward measures it
+            inputs = replace(inputs, entropy=torch.zeros_like(inputs.advantages))
+            epochs = [self.optimizer_step(inputs, measure_entropy=True)]
+        else:
+            epochs = [self.optimizer_step(inputs) for _ in range(self.config.ppo_epochs)]
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.step += 1
@@ -243,22 +262,23 @@ class LocalTrainer:
         metrics = _summarise(inputs.batch, epochs, inputs.entropy, lr=lr, seconds=seconds)
         return UpdateResult(metrics, inputs.batch, inputs.entropy)
 
-    def optimizer_step(self, inputs: UpdateInputs) -> dict[str, float]:
+    def optimizer_step(self, inputs: UpdateInputs, measure_entropy: bool = False) -> dict[str, float]:
         """Accumulate gradients over micro-batches, clip the norm, take one AdamW step.
 
         A non-finite gradient norm skips the step (as verl does), so one bad
         batch cannot write NaNs into the weights; ``grad_norm`` then reports it.
+        ``measure_entropy``: write each token's entropy into ``inputs.entropy``.
         """
         with self.policy.training():
             self.optimizer.zero_grad(set_to_none=True)
-            metrics = self.accumulate_gradients(inputs)
+            metrics = self.accumulate_gradients(inputs, measure_entropy)
         params = self.policy.trainable_parameters()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         return metrics | {"grad_norm": float(grad_norm)}
 
-    def accumulate_gradients(self, inputs: UpdateInputs) -> dict[str, float]:
+    def accumulate_gradients(self, inputs: UpdateInputs, measure_entropy: bool) -> dict[str, float]:
         """Backward every micro-batch's share of the full-batch loss; returns full-batch metrics."""
         cfg = self.config
         loss_mask = inputs.batch.loss_mask
@@ -268,8 +288,10 @@ class LocalTrainer:
             part = inputs.select(index)
             loss_share = _share(_denominator(part.batch.loss_mask, cfg.loss_agg), loss_total)
             token_share = _share(part.batch.loss_mask.sum(), tokens_total)
-            loss, terms, token_metrics = self.micro_batch_loss(part)
+            loss, terms, token_metrics, entropy = self.micro_batch_loss(part, measure_entropy)
             (loss * loss_share).backward()
+            if measure_entropy:
+                inputs.entropy[index, : entropy.shape[1]] = entropy.float()
             for name, value in terms.items():
                 totals[name] = totals.get(name, 0.0) + value * loss_share
             for name, value in token_metrics.items():
@@ -277,19 +299,24 @@ class LocalTrainer:
         return totals
 
     def micro_batch_loss(
-        self, inputs: UpdateInputs
-    ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
+        self, inputs: UpdateInputs, measure_entropy: bool = False
+    ) -> tuple[Tensor, dict[str, float], dict[str, float], Tensor | None]:
         """Loss of one micro-batch: PPO clip surrogate + ``kl_coef``·KL to the reference.
 
         Returns the scalar loss, its aggregated terms (``loss``, ``pg_loss``,
-        ``kl``) and token-mean diagnostics from ``core.policy_loss``.
+        ``kl``), token-mean diagnostics from ``core.policy_loss`` and, when
+        ``measure_entropy``, the entropy per token (else None). Without old
+        log-probs (on-policy) the ratio's denominator is the detached log-prob.
         """
         cfg = self.config
         mask = inputs.batch.loss_mask
-        logprobs = self.policy.logprobs_with_grad(inputs.batch)
+        logprobs, entropy = self.policy.logprobs_with_grad(
+            inputs.batch, with_entropy=measure_entropy
+        )
+        old_logprobs = logprobs.detach() if inputs.old_logprobs is None else inputs.old_logprobs
         pg_loss, token_metrics = POLICY_LOSSES[cfg.policy_loss](
             logprobs,
-            inputs.old_logprobs,
+            old_logprobs,
             inputs.advantages,
             mask,
             clip_low=cfg.clip_low,
@@ -311,7 +338,7 @@ class LocalTrainer:
             loss = loss + cfg.kl_coef * kl
             terms["kl"] = kl.item()
         terms["loss"] = loss.item()
-        return loss, terms, token_metrics
+        return loss, terms, token_metrics, entropy
 
 
 def _summarise(
