@@ -60,6 +60,9 @@ bench: install $(VENV)/.bench-installed
 	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/bench_generation.py
 	$(PY) bench/bench_train.py --cpu-bf16
+	$(PY) bench/bench_update.py
+	$(PY) bench/bench_optimizer.py
+	$(PY) bench/bench_arr_sampling.py
 	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_demo.py
 
