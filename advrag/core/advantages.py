@@ -42,12 +42,29 @@ def _float_scores(scores: Tensor) -> Tensor:
 
 def _group_index(group_ids: GroupIds, batch: int, device: torch.device) -> tuple[Tensor, int]:
     """Dense group index (batch,) in order of first appearance, and the number of groups."""
-    ids = group_ids.tolist() if isinstance(group_ids, Tensor) else list(group_ids)
+    ids = _id_list(group_ids)
     if len(ids) != batch:
         raise ValueError(f"got {len(ids)} group ids for {batch} scores")
     first_seen: dict[int | str, int] = {}
     index = [first_seen.setdefault(g, len(first_seen)) for g in ids]
     return torch.tensor(index, dtype=torch.long, device=device), len(first_seen)
+
+
+def informative_group_fraction(scores: Tensor, group_ids: GroupIds) -> float:
+    """Share of groups whose rewards are not all equal: the groups GRPO can learn from.
+
+    A group whose rollouts all score the same gets zero group-relative advantage
+    (the cold start's failure: every rollout −0.2). 0.0 for an empty batch.
+    """
+    groups: dict = {}
+    for score, group in zip(_float_scores(scores).tolist(), _id_list(group_ids), strict=True):
+        groups.setdefault(group, set()).add(score)
+    return sum(len(seen) > 1 for seen in groups.values()) / len(groups) if groups else 0.0
+
+
+def _id_list(group_ids: GroupIds) -> list:
+    """Group ids as hashable python values."""
+    return group_ids.tolist() if isinstance(group_ids, Tensor) else list(group_ids)
 
 
 def _group_moments(scores: Tensor, group_ids: GroupIds) -> tuple[Tensor, Tensor, Tensor]:

@@ -13,8 +13,9 @@ from advrag.flows.train import train
 from advrag.models.loading import load_policy
 from advrag.tasks import tracking
 
-STEP_METRICS = {"reward_mean", "reward_std", "loss", "kl", "clip_fraction", "grad_norm",
-                "entropy", "tokens_per_s", "searches", "lr", "rollout_s", "score_s", "update_s"}
+STEP_METRICS = {"reward_mean", "reward_std", "informative_groups", "loss", "kl", "clip_fraction",
+                "grad_norm", "entropy", "tokens_per_s", "searches", "lr", "rollout_s", "score_s",
+                "update_s"}
 
 
 @pytest.fixture(scope="module")

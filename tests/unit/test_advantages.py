@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from advrag.core.advantages import (
     grpo_advantages,
+    informative_group_fraction,
     reinforce_pp_baseline_advantages,
     token_advantages,
 )
@@ -154,3 +155,13 @@ def test_reinforce_pp_degenerate_batches_are_zero_not_nan():
         [0.0, 0.0],
         [0.0, 0.0],
     ]
+
+
+def test_informative_group_fraction_counts_groups_whose_rewards_differ():
+    # groups a (−0.2, −0.2: no signal), b (0, 1), c (0.5 alone: no signal), d (1, 1, 0.3)
+    scores = torch.tensor([-0.2, -0.2, 0.0, 1.0, 0.5, 1.0, 1.0, 0.3])
+    ids = ["a", "a", "b", "b", "c", "d", "d", "d"]
+    assert informative_group_fraction(scores, ids) == 2 / 4
+    assert informative_group_fraction(scores, torch.tensor([0, 0, 1, 1, 2, 3, 3, 3])) == 0.5
+    assert informative_group_fraction(torch.full((4,), -0.2), [0, 0, 1, 1]) == 0.0
+    assert informative_group_fraction(torch.tensor([]), []) == 0.0

@@ -19,6 +19,7 @@ import torch
 
 from advrag.agents.search_loop import run_search_agent
 from advrag.agents.types import TextGenerator, Trajectory
+from advrag.core.advantages import informative_group_fraction
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer
 from advrag.retrieval.base import Retriever
@@ -61,12 +62,15 @@ def score(
     return torch.tensor(rewards, dtype=torch.float32)
 
 
-def rollout_metrics(trajectories: Sequence[Trajectory], scores: torch.Tensor) -> dict[str, float]:
-    """Reward mean/std (unbiased; 0 for one rollout) and the agent's behaviour per trajectory."""
+def rollout_metrics(trajectories: Sequence[Trajectory], scores: torch.Tensor,
+                    group_ids: Sequence[str]) -> dict[str, float]:
+    """Reward mean/std (unbiased; 0 for one rollout), the share of groups with a learning
+    signal (rewards not all equal), and the agent's behaviour per trajectory."""
     n = len(trajectories)
     return {
         "reward_mean": float(scores.mean()),
         "reward_std": float(scores.std()) if n > 1 else 0.0,
+        "informative_groups": informative_group_fraction(scores, group_ids),
         "searches": sum(t.n_searches for t in trajectories) / n,
         "turns": sum(t.n_turns for t in trajectories) / n,
         "format_errors": sum(t.format_errors for t in trajectories) / n,
@@ -110,4 +114,4 @@ def grpo_step(
     push_updated_weights(generator, trainer)
     seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
                "update_s": timer() - scored}
-    return rollout_metrics(trajectories, scores) | metrics | seconds
+    return rollout_metrics(trajectories, scores, [r.id for r in repeated]) | metrics | seconds
