@@ -1,7 +1,7 @@
 """Our GRPO step vs TRL's ``GRPOTrainer``, side by side in one run (single-turn, no retrieval).
 
     python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
-                              [--warmup 1] [--modes full lora] [--cpu-bf16]
+                              [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
@@ -359,6 +359,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", nargs="+", choices=["full", "lora"], default=["full", "lora"])
     parser.add_argument("--cpu-bf16", action="store_true", help="also run bf16 autocast rows")
+    parser.add_argument("--bf16-only", action="store_true",
+                        help="only the bf16 rows (the train flow's default on a bf16 CPU)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")
     parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
     parser.add_argument("--variant-bf16", action="store_true", help=argparse.SUPPRESS)
@@ -387,7 +389,8 @@ def main() -> None:
     from advrag.common.fileio import atomic_write_text
 
     load_at_start = os.getloadavg()[0]
-    variants = [(m, b) for b in ([False, True] if args.cpu_bf16 else [False]) for m in args.modes]
+    precisions = [True] if args.bf16_only else [False, True] if args.cpu_bf16 else [False]
+    variants = [(m, b) for b in precisions for m in args.modes]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode, bf16 in variants:
