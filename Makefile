@@ -63,6 +63,7 @@ bench: install $(VENV)/.bench-installed
 	$(PY) bench/bench_update.py
 	$(PY) bench/bench_optimizer.py
 	$(PY) bench/bench_arr_sampling.py
+	$(PY) bench/bench_push.py
 	$(PY) bench/bench_difficulty_rollouts.py
 	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_demo.py

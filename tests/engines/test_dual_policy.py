@@ -28,7 +28,7 @@ from advrag.engines.local.dual import (
     latest_common_step,
     shared_lora_policies,
 )
-from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
+from advrag.engines.local.generation import HFGenerator, SnapshotGenerator, inference_copy
 from advrag.engines.local.policy import LoraSettings
 from advrag.engines.local.tokenize import encode_trajectories
 from advrag.engines.local.trainer import TrainConfig
@@ -142,7 +142,12 @@ def test_bf16_sampling_uses_a_copy_per_agent_with_only_its_adapter_merged(tiny_p
                                 policies["verifier"].trainable_parameters()):
             mine.copy_(theirs)
     assert generators["reasoner"].generate(prompts, max_new_tokens=12) == outputs["reasoner"]
+    copy = generators["reasoner"].model
     generators["reasoner"].push_weights(policies["reasoner"].model)
+    assert generators["reasoner"].model is copy  # overwritten in place, no new model
+    fresh = inference_copy(policies["reasoner"].model, torch.bfloat16, "reasoner")
+    pushed = dict(copy.named_parameters())
+    assert all(torch.equal(pushed[n], p) for n, p in fresh.named_parameters())  # as merge_and_unload
     assert generators["reasoner"].generate(prompts, max_new_tokens=12) == outputs["verifier"]
     assert policies["reasoner"].model.peft_config.keys() == {"reasoner", "verifier"}
 

@@ -75,7 +75,7 @@ def test_without_autocast_the_policy_itself_generates(tiny_policy_dir):
 def test_the_copy_changes_only_through_push_weights(tiny_policy_dir):
     model, tokenizer = lora_policy(tiny_policy_dir)
     generator = make_generator("hf", model, tokenizer, tiny_policy_dir, autocast=bf16_autocast)
-    before_text, before_weight = greedy(generator), generator.model.get_submodule(Q_PROJ).weight
+    before_text, before_weight = greedy(generator), generator.model.get_submodule(Q_PROJ).weight.clone()
     with torch.no_grad():  # an "update" of the adapter
         for name, weight in model.named_parameters():
             if "lora_B" in name:

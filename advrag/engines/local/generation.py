@@ -9,11 +9,11 @@ agents' tag protocol expects.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -107,8 +107,43 @@ class SnapshotGenerator(HFGenerator):
         super().__init__(inference_copy(model, dtype, adapter), tokenizer, **options)
 
     def push_weights(self, model: nn.Module) -> None:
-        """Sample from ``model``'s current weights from now on."""
-        self.model = inference_copy(model, self.dtype, self.adapter)
+        """Sample from ``model``'s current weights from now on.
+
+        The copy's weights are overwritten in place (LoRA deltas added to their
+        base weights on the fly), with no new model built; a model whose
+        weights do not map one to one onto the copy's gets a fresh copy.
+        """
+        weights = dict(self.model.named_parameters())
+        merged = dict(merged_weights(model, self.adapter))
+        if merged.keys() != weights.keys():
+            self.model = inference_copy(model, self.dtype, self.adapter)
+            return
+        with torch.no_grad():
+            for name, weight in merged.items():
+                weights[name].copy_(weight)
+
+
+def merged_weights(model: nn.Module, adapter: str | None = None) -> Iterator[tuple[str, Tensor]]:
+    """``model``'s parameters as a plain (LoRA-merged) copy of it names them.
+
+    For a peft model: each LoRA layer's base weight plus ``adapter``'s delta
+    (the active adapter when None) under the layer's own name, every other base
+    parameter as it is, the adapters' own weights left out.
+    """
+    if not hasattr(model, "get_base_model"):
+        yield from model.named_parameters()
+        return
+    adapter = adapter or model.active_adapter
+    layers = {name: module for name, module in model.get_base_model().named_modules()
+              if hasattr(module, "get_delta_weight")}
+    for name, param in model.get_base_model().named_parameters():
+        layer_name, _, leaf = name.rpartition(".base_layer.")
+        if layer_name in layers:
+            layer = layers[layer_name]
+            delta = layer.get_delta_weight(adapter) if adapter in layer.lora_A else 0
+            yield f"{layer_name}.{leaf}", param + delta if leaf == "weight" else param
+        elif ".lora_" not in name:
+            yield name, param
 
 
 def inference_copy(model: nn.Module, dtype: torch.dtype, adapter: str | None = None) -> nn.Module:
