@@ -15,12 +15,12 @@ from pydantic import Field, field_validator, model_validator
 from advrag.config.base import OverridesOf, Strict
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
+from advrag.datasets.loaders import is_qa_path
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
 ReasonerAction = Literal["think", "search", "verify", "answer"]
 VerifierAction = Literal["verify", "selected_doc", "response", "final_answer"]
 
-QA_SUFFIXES = (".jsonl", ".json", ".parquet")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 RESERVED_NAMES = {"avg"}  # metric prefix of the per-method averages over datasets
 
@@ -40,7 +40,7 @@ def dataset_spec(entry: str | dict[str, str]) -> tuple[str, str]:
             raise ValueError(f"datasets: name {name!r} may use only letters, digits, '_', '-', "
                              "'.' (not first), at most 100 characters")
         return _unreserved(name), source
-    if Path(entry).suffix in QA_SUFFIXES or "/" in entry:
+    if is_qa_path(entry):
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(entry).stem).lstrip(".")[:100]
         return _unreserved(stem or "dataset"), entry
     return _unreserved(entry), entry

@@ -185,6 +185,11 @@ def _passage(row: Mapping[str, Any], where: str) -> dict[str, str]:
     return {"id": str(row["id"]), "contents": contents}
 
 
+def is_qa_path(source: str) -> bool:
+    """Whether a ``datasets`` entry is a file path (a QA file suffix, or a ``/``), not a name."""
+    return Path(source).suffix.lower() in _ROW_READERS or "/" in source
+
+
 def dataset_file(source: str, split: str, root: str | os.PathLike[str],
                  world_dir: str | os.PathLike[str]) -> Path:
     """The QA file a benchmark ``datasets`` source names.
@@ -195,7 +200,7 @@ def dataset_file(source: str, split: str, root: str | os.PathLike[str],
     """
     if source == "world":
         return Path(world_dir) / f"{split}.jsonl"
-    if Path(source).suffix.lower() in _ROW_READERS or "/" in source:
+    if is_qa_path(source):
         return Path(source).expanduser()
     return resolve_dataset(source, split, root)
 

@@ -22,18 +22,21 @@ from advrag.agents.types import TextGenerator
 from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 
 
-def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, **options) -> TextGenerator:
+def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
+                  adapter: str | None = None, **options) -> TextGenerator:
     """transformers ``generate`` on the training model itself (updates are visible at once).
 
     When ``autocast`` makes the model compute in another dtype than its weights
     (bf16 over fp32), it samples instead from a copy in the compute dtype, which
-    ``push_weights`` refreshes (``SnapshotGenerator``: faster than autocast).
+    ``push_weights`` refreshes (``SnapshotGenerator``: faster than autocast);
+    ``adapter`` names the LoRA adapter merged into that copy (None: the active one).
     """
     compute = compute_dtype(model, options.get("autocast"))
     if compute == compute_dtype(model, None):
         return HFGenerator(model, tokenizer, **options)
     options.pop("autocast")
-    return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), **options)
+    return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), adapter=adapter,
+                             **options)
 
 
 def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,

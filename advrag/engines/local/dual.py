@@ -29,12 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from advrag.agents.types import TextGenerator
 from advrag.common.fileio import atomic_dir
-from advrag.engines.generators import compute_dtype
+from advrag.engines.generators import make_generator
 from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
 from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import (
@@ -171,14 +170,12 @@ def agent_generator(policy: TrainablePolicy, tokenizer, *, temperature: float,
     faster than sampling through autocast. Otherwise the live weights, this
     agent's adapter activated before each call.
     """
-    compute = compute_dtype(policy.model, policy.autocast)
     adapter = policy.name if isinstance(policy, AdapterPolicy) else None
-    if compute != compute_dtype(policy.model, None):
-        return SnapshotGenerator(policy.model, tokenizer, dtype=getattr(torch, compute),
-                                 adapter=adapter, temperature=temperature, batch_size=batch_size)
-    inner = HFGenerator(policy.model, tokenizer, temperature=temperature, batch_size=batch_size,
-                        autocast=policy.autocast)
-    return AdapterGenerator(inner, policy) if adapter else inner
+    generator = make_generator("hf", policy.model, tokenizer, "", adapter=adapter,  # no dir: hf
+                               temperature=temperature, batch_size=batch_size,
+                               autocast=policy.autocast)
+    live = adapter and not isinstance(generator, SnapshotGenerator)
+    return AdapterGenerator(generator, policy) if live else generator
 
 
 def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
