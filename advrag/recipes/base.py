@@ -135,9 +135,10 @@ class Recipe(ABC):
         if state["extra"].get("settings_hash") != self.settings_hash():
             raise ValueError(f"{self.config.checkpoint_dir} was written with other {self.name.upper()} "
                              "settings: resume with the same config or use another checkpoint_dir")
+        from advrag.engines.local.steps import push_updated_weights
+
         for agent, generator in self.generators.items():
-            if hasattr(generator, "push_weights"):
-                generator.push_weights(self.trainers[agent].policy.model)
+            push_updated_weights(generator, self.trainers[agent])
         return int(state["data_position"])
 
     def export(self) -> dict[str, Path]:
