@@ -43,7 +43,7 @@ CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe
 
 
 CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
-                "arr": "AdversarialRLConfig", "nightly": "NightlyConfig"}
+                "arr": "AdversarialRLConfig", "ur2": "UR2Config", "nightly": "NightlyConfig"}
 
 
 @contextmanager
@@ -190,11 +190,32 @@ def serve_retriever(
     kind: str = typer.Option("dense", help="dense or bm25."),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(8000, help="Port."),
+    summarise: bool = typer.Option(False, help="UR²: serve a summary of each query's top-k "
+                                   "(or the fallback message) instead of the documents."),
+    summary_endpoint: str | None = typer.Option(None, help="OpenAI-compatible summariser server "
+                                                "(http://host:port); default: a local model."),
+    summary_model: str | None = typer.Option(None, help="Served model name at the endpoint, or "
+                                             "a local spec (default: smollm2)."),
+    summary_max_new_tokens: int | None = typer.Option(None, help="Token budget of one summary."),
+    summary_timeout_s: float | None = typer.Option(None, help="Per-request endpoint limit; "
+                                                   "past it, the raw documents are served."),
+    summary_cache_dir: Path | None = typer.Option(None, help="Where summaries are cached."),
 ) -> None:
-    """Search-R1-compatible retrieval server (POST /retrieve)."""
-    from advrag.retrieval.server import serve
+    """Search-R1-compatible retrieval server (POST /retrieve), optionally summarised (UR²)."""
+    from pydantic import ValidationError
 
-    serve(index_dir, host=host, port=port, kind=kind)
+    from advrag.retrieval.server import serve, summary_config
+
+    try:
+        summary = summary_config(
+            summarise, endpoint=summary_endpoint, model=summary_model,
+            max_new_tokens=summary_max_new_tokens, timeout_s=summary_timeout_s,
+            cache_dir=summary_cache_dir,
+        )
+    except ValidationError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    serve(index_dir, host=host, port=port, kind=kind, summary=summary)
 
 
 @app.command("prepare-data")
@@ -256,6 +277,21 @@ def rl(
     from advrag.flows.rl import rl_flow as flow
 
     flow(str(config), run_name=run_name or config.stem)
+
+
+@app.command()
+def curate(
+    config: Path = typer.Option(Path("configs/ur2.yaml"), help="A UR² config (its curate section)."),
+    policy: str | None = typer.Option(None, help="Policy to roll out (default: the config's model)."),
+) -> None:
+    """Flow: UR² difficulty curation — k rollouts per question, levels, a 7:2:1 sample (resumable)."""
+    cfg = load(config, "ur2")
+    if cfg.curate is None:
+        typer.echo(f"error: {config}: curate: is null — give a curate section to curate", err=True)
+        raise typer.Exit(2)
+    from advrag.flows.curate import curate_flow
+
+    curate_flow(cfg, policy=policy)
 
 
 @app.command()

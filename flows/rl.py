@@ -36,6 +36,7 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str) -> dict:
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
         retriever, records = rl.training_data(config)
         start_model = warm_start(recipe, run_id, retriever, records)
+        curate_with(recipe, start_model, run_id)
         rl.build(recipe, start_model)
         started = time.perf_counter()
         history = run_updates(recipe, run_id, retriever, records, rl.resume(recipe))
@@ -60,6 +61,23 @@ def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:
     for i, metrics in enumerate(warm_history):
         tracking.log_metrics(run_id, {f"warmup/{k}": v for k, v in metrics.items()}, step=i)
     return str(warm_dir)
+
+
+def curate_with(recipe: Recipe, policy: str, run_id: str) -> None:
+    """UR²'s curation with the start policy, as a subflow nested under the training run.
+
+    Only for configs with a ``curate`` section (``recipe: ur2``); the recipe then
+    trains stage 1 on the filtered questions and stage 2 on the curated sample.
+    """
+    if getattr(recipe.config, "curate", None) is None:
+        return
+    from advrag.datasets.records import QARecord, read_jsonl
+    from advrag.flows.curate import curate_flow
+
+    paths = curate_flow(recipe.config, policy=policy, parent=run_id)["paths"]
+    curated, stage1 = ([QARecord.from_json(row) for row in read_jsonl(paths[name])]
+                       for name in ("curated", "stage1"))
+    recipe.use_curation(curated, stage1)
 
 
 def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int) -> list[dict]:

@@ -85,16 +85,19 @@ def client():
 
 @contextlib.contextmanager
 def tracked_run(experiment: str, run_name: str, *, params: dict[str, Any] | None = None,
-                tags: dict[str, str] | None = None) -> Iterator[str]:
+                tags: dict[str, str] | None = None, parent: str | None = None) -> Iterator[str]:
     """Create a run and always end it: FINISHED, FAILED (error recorded) or KILLED.
 
     Yields the run id; log through the functions below, which take it
-    explicitly, so Prefect tasks in any thread write to the same run.
+    explicitly, so Prefect tasks in any thread write to the same run. ``parent``:
+    the run this one nests under in the UI (same experiment).
     """
     c = client()
     experiment_id = ensure_experiment(experiment)
     reap_orphaned_runs(experiment_id)
     owner = {OWNER_HOST: socket.gethostname(), OWNER_PID: str(os.getpid())}
+    if parent is not None:
+        owner["mlflow.parentRunId"] = parent
     run_id = c.create_run(experiment_id, run_name=run_name, tags={**(tags or {}), **owner}).info.run_id
     try:
         if params:

@@ -34,6 +34,9 @@ class Trajectory:
     n_turns: int = 0
     format_errors: int = 0
     retrieved_ids: list[str] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    fallbacks: int = 0
+    """Searches answered with the summariser's fallback message (UR²'s fallback faults)."""
 
     def add(self, text: str, source: Source) -> None:
         if text:

@@ -11,6 +11,7 @@ from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.config.flows import (
     AdversarialRLConfig,
     BenchmarkConfig,
+    CurateSection,
     DataConfig,
     DemoConfig,
     Method,
@@ -18,6 +19,7 @@ from advrag.config.flows import (
     PromotionSection,
     RLRunConfig,
     TrainFlowConfig,
+    UR2Config,
     WarmupSection,
     WorldSection,
 )
@@ -30,8 +32,8 @@ from advrag.config.loading import (
 )
 
 __all__ = [
-    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "DataConfig", "DemoConfig",
+    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
     "LoraSettings", "Method", "NightlyConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
-    "SFTConfig", "Strict", "TrainConfig", "TrainFlowConfig", "WarmupSection", "WorldSection",
+    "SFTConfig", "Strict", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
 ]

@@ -76,6 +76,24 @@ class DataConfig(Strict):
     dvc_repro: bool = Field(True, description="Run `dvc repro` (chunk → embed → index).")
 
 
+class SummaryConfig(Strict):
+    """UR²'s LLM-summarised retrieval (§3.1.1): who summarises, how long, where summaries are cached."""
+
+    summarise: bool = Field(False, description="Replace the top-k documents by the summariser's "
+                            "summary (or its fallback message); false = raw documents.")
+    endpoint: str | None = Field(None, pattern=r"^https?://", description="OpenAI-compatible "
+                                 "server (http://host:port, e.g. a vLLM server); null = a local "
+                                 "model (the policy's base in training).")
+    model: str | None = Field(None, min_length=1, description="With endpoint: the served model "
+                              "name (null = the first the server lists). Without: a model spec "
+                              "(smollm2, a dir, a .gguf; null = the policy's base, else smollm2).")
+    max_new_tokens: int = Field(256, ge=1, description="Token budget of one summary.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request limit at the endpoint; a "
+                             "request that runs past it gets the raw documents (and is counted).")
+    cache_dir: Path = Field(Path(".cache/advrag/summaries"), description="Summaries are cached "
+                            "here by (query, passage ids, summariser).")
+
+
 class BenchmarkConfig(Strict):
     """Which methods to evaluate, on what, with which model and retriever."""
 
@@ -218,6 +236,69 @@ class TrainFlowConfig(RLRunConfig):
     )
 
 
+
+
+class CurateSection(Strict):
+    """UR²'s difficulty estimation and 7:2:1 sampling (§3.1.2); the paper's values are named."""
+
+    k: int = Field(4, ge=1, description="Rollouts per question (paper 20; each costs a whole "
+                   "agent rollout on this CPU).")
+    metric: Literal["em", "f1"] = Field("f1", description="Answer score averaged into s.")
+    thresholds: dict[Literal["easy", "medium", "hard"], Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: {"easy": 0.8, "medium": 0.5, "hard": 0.2},
+        description="Lowest score of each level; below hard's a question is filtered (paper's).",
+    )
+    ratio: dict[Literal["easy", "medium", "hard"], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=lambda: {"hard": 7.0, "medium": 2.0, "easy": 1.0},
+        description="Hard:medium:easy of the sample (paper 7:2:1).",
+    )
+    questions: int | None = Field(None, ge=1, description="Score only the first N training "
+                                  "questions; null = all.")
+    sample_size: int | None = Field(None, ge=1, description="Questions in the curated sample; "
+                                    "null = as many as the ratio allows.")
+    batch_questions: int = Field(8, ge=1, description="Questions rolled out together (k each).")
+    ratio_tolerance: float = Field(0.05, ge=0, le=1, description="The gate's tolerance on each "
+                                   "level's share of the sample.")
+    out_dir: Path = Field(Path("processed/curated"), description="scores/curated/stage1 jsonl "
+                          "and summary.json go here.")
+    cache_dir: Path = Field(Path(".cache/advrag/curation"), description="Finished questions per "
+                            "(policy, k, rollout settings): a killed curation resumes from it.")
+    experiment: str = Field("advrag-curate", min_length=1, description="MLflow experiment name.")
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> CurateSection:
+        """Thresholds fall from easy to hard and name all three levels."""
+        t = self.thresholds
+        if set(t) != {"easy", "medium", "hard"} or not t["easy"] > t["medium"] > t["hard"]:
+            raise ValueError(f"thresholds: give easy > medium > hard, got {dict(t)}")
+        return self
+
+
+class UR2Config(TrainFlowConfig):
+    """`advrag rl` with ``recipe: ur2``: curation → stage 1 → stage 2 (UR² §3).
+
+    Stage 1 trains on the questions the policy never solves (App. C.5) with the
+    format + retrieval reward; stage 2 on the 7:2:1 curated sample with the
+    answer + format reward; both subtract ``fallback_penalty`` per fallback fault.
+    """
+
+    recipe: Literal["ur2"] = Field("ur2", description="Training recipe: UR².")
+    optim: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(lr=1e-5, group_size=4, micro_batch_size=4,
+                                            max_seq_len=1024, advantage="reinforce_pp"),
+        description="Optimiser settings; UR² trains with the REINFORCE++ baseline (App. C.2).",
+    )
+    curate: CurateSection | None = Field(
+        default_factory=CurateSection,
+        description="Difficulty curation before RL; null = train on the uncurated questions.",
+    )
+    stage1_steps: int = Field(10, ge=0, description="Updates with the stage-1 reward before "
+                              "stage 2 (paper 10); 0 = 'w/o stage 1'.")
+    fallback_penalty: float = Field(0.5, ge=0, description="Per fallback fault (paper 0.5); 0 = "
+                                    "'w/o P_fallback'.")
+    checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/ur2"),
+                                 description="Checkpoints; a rerun resumes from the latest.")
+    experiment: str = Field("advrag-ur2", min_length=1, description="MLflow experiment name.")
 
 
 class AdversarialRLConfig(RLRunConfig):

@@ -13,7 +13,11 @@ Rules (the ``rule`` names in a report):
 - ``missing_field:<name>``, ``duplicate_id``, ``empty_question``,
   ``empty_golden_answers``, ``bad_golden_answer`` (a non-string or blank
   answer) for QA files; ``missing_field:<name>``, ``duplicate_id``,
-  ``empty_passage`` (contents empty or only a title line) for corpora -- GX.
+  ``empty_passage`` (contents empty or only a title line) for corpora -- GX;
+- for UR²'s curated sets, the QA rules plus ``bad_level``, ``bad_score``
+  (outside [0, 1]), ``leaked_id`` and ``leaked_question`` (a dev/test question by
+  id or by normalised text) and ``ratio:<level>`` (a level's share of the sample
+  off the share its sampler was asked for by more than the tolerance) -- GX.
 
 Great Expectations is imported inside functions: the import takes seconds.
 """
@@ -279,6 +283,67 @@ def validate_qa_file(path: str | os.PathLike[str]) -> GateReport:
 def validate_corpus_file(path: str | os.PathLike[str]) -> GateReport:
     """Check a JSON-lines corpus (``{"id", "contents"}``) against the corpus rules."""
     return _validate(path, "corpus", "corpus passages", _CORPUS_RULES, _corpus_frame)
+
+
+def validate_curated_file(path: str | os.PathLike[str], *, heldout: Iterable[dict[str, Any]],
+                          expected_shares: dict[str, float], tolerance: float = 0.05) -> GateReport:
+    """Check a curated jsonl (QA records + ``level``, ``score``) against the curated rules.
+
+    ``heldout``: the dev/test records no curated question may repeat (by id, or by
+    SQuAD-normalised text); ``expected_shares``: level → share of the sample.
+    """
+    from advrag.core.metrics import normalize_answer
+
+    held = list(heldout)
+    rules = _QA_RULES + _curated_rules({str(r["id"]) for r in held},
+                                       {normalize_answer(r["question"]) for r in held},
+                                       expected_shares, tolerance)
+    return _validate(path, "curated", "curated QA records", rules, _curated_frame)
+
+
+def _curated_rules(held_ids: set[str], held_questions: set[str], shares: dict[str, float],
+                   tolerance: float) -> tuple[_Rule, ...]:
+    """The curated set's own rules, built for one held-out set and one expected ratio."""
+    rules: list[_Rule] = [
+        ("missing_field:level", "ExpectColumnValuesToNotBeNull", {"column": "level"}, "id",
+         "every curated record needs its 'level' (easy, medium or hard)"),
+        ("missing_field:score", "ExpectColumnValuesToNotBeNull", {"column": "score"}, "id",
+         "every curated record needs its numeric 'score' (mean answer metric over k rollouts)"),
+        ("bad_level", "ExpectColumnValuesToBeInSet",
+         {"column": "level", "value_set": ["easy", "medium", "hard"]}, "level",
+         "levels are easy, medium or hard; filtered questions (s < 0.2) belong in stage1.jsonl"),
+        ("bad_score", "ExpectColumnValuesToBeBetween",
+         {"column": "score", "min_value": 0.0, "max_value": 1.0}, "score",
+         "a score is a mean answer metric in [0, 1]; re-run the curation"),
+        ("leaked_id", "ExpectColumnValuesToNotBeInSet",
+         {"column": "id", "value_set": sorted(held_ids)}, "id",
+         "a dev/test question is in the training set: curate from the train split only"),
+        ("leaked_question", "ExpectColumnValuesToNotBeInSet",
+         {"column": "normalised_question", "value_set": sorted(held_questions)}, "question",
+         "a dev/test question (same text, another id) is in the training set: remove it"),
+    ]
+    for level, share in shares.items():
+        rules.append((f"ratio:{level}", "ExpectColumnMeanToBeBetween",
+                      {"column": f"is_{level}", "min_value": share - tolerance,
+                       "max_value": share + tolerance}, "level",
+                      f"the sample's share of {level} questions should be {share:.3f}: "
+                      "draw it with sample_by_difficulty"))
+    return tuple(rules)
+
+
+def _curated_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
+    """The QA frame plus level, score, the normalised question and one 0/1 column per level."""
+    from advrag.core.metrics import normalize_answer
+
+    frame = _qa_frame(rows)
+    objs = [obj for _, obj in rows]
+    frame["level"] = [obj.get("level") for obj in objs]
+    frame["score"] = [obj.get("score") if isinstance(obj.get("score"), (int, float)) else None
+                      for obj in objs]
+    frame["normalised_question"] = [normalize_answer(obj.get("question") or "") for obj in objs]
+    for level in ("easy", "medium", "hard"):
+        frame[f"is_{level}"] = [float(obj.get("level") == level) for obj in objs]
+    return frame
 
 
 def require_valid(qa_paths: Iterable[str | os.PathLike[str]] = (),

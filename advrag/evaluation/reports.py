@@ -133,3 +133,21 @@ def entropy_figure(traces_per_step: list[list]):
             ax.text(0.5, 0.5, "no such actions sampled", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     return fig
+
+
+def difficulty_histogram(scores: list[float], thresholds: dict[str, float],
+                         counts: dict[str, int]):
+    """UR²'s difficulty scores: a histogram, the level thresholds and the questions per level."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(scores, bins=np.linspace(0, 1, 21), color="tab:blue", alpha=0.8)
+    top = ax.get_ylim()[1]
+    for level, low in thresholds.items():
+        ax.axvline(low, color="tab:red", linestyle="--", linewidth=1)
+        ax.text(low, top * 0.85, f" {level}\n n={counts[level]}", fontsize=8)
+    ax.set_xlabel("score s (mean answer metric over k rollouts)")
+    ax.set_ylabel("questions")
+    ax.set_title(f"difficulty of {len(scores)} questions ({counts['filtered']} filtered, s < "
+                 f"{thresholds['hard']})")
+    fig.tight_layout()
+    return fig

@@ -9,16 +9,19 @@ from advrag.config import (
     AdversarialRLConfig,
     ConfigError,
     TrainFlowConfig,
+    UR2Config,
     load_config,
     read_yaml_mapping,
 )
 from advrag.recipes.arr import ArrRecipe
 from advrag.recipes.base import Recipe
 from advrag.recipes.grpo import GrpoRecipe
+from advrag.recipes.ur2 import UR2Recipe
 
 RECIPES: dict[str, tuple[type[Recipe], type]] = {
     "grpo": (GrpoRecipe, TrainFlowConfig),
     "arr": (ArrRecipe, AdversarialRLConfig),
+    "ur2": (UR2Recipe, UR2Config),
 }
 
 

@@ -25,6 +25,8 @@ from advrag.engines.local.trainer import LocalTrainer
 from advrag.retrieval.base import Retriever
 
 RewardFn = Callable[[Trajectory, QARecord], float]
+Agent = Callable[[Sequence[QARecord]], list[Trajectory]]
+"""Runs an episode per record (in order): the rollout shape of a recipe."""
 
 
 def push_updated_weights(generator: TextGenerator, trainer: LocalTrainer) -> None:
@@ -41,13 +43,17 @@ def rollout(
     *,
     group_size: int,
     rollout_kwargs: Mapping[str, Any] | None = None,
+    agent: Agent | None = None,
 ) -> tuple[list[Trajectory], list[QARecord]]:
     """Run the agent ``group_size`` times on every record, all in one batched loop.
 
+    ``agent`` replaces the Search-R1 loop (``rollout_kwargs`` then go unused).
     Returns the trajectories and, aligned with them, the record each answers
     (each record repeated ``group_size`` times in a row).
     """
     repeated = [record for record in records for _ in range(group_size)]
+    if agent is not None:
+        return agent(repeated), repeated
     trajectories = run_search_agent(
         [record.question for record in repeated], generator, retriever, **(rollout_kwargs or {})
     )
@@ -86,6 +92,7 @@ def grpo_step(
     *,
     reward_fn: RewardFn,
     rollout_kwargs: Mapping[str, Any] | None = None,
+    agent: Agent | None = None,
 ) -> dict[str, float]:
     """Rollout (``trainer.config.group_size`` per record) → score → update; returns all metrics.
 
@@ -96,6 +103,7 @@ def grpo_step(
         records: the questions of this step; their ids are the GRPO group ids.
         reward_fn: ``(trajectory, record) → reward``.
         rollout_kwargs: for ``run_search_agent`` (``max_turns``, ``topk``, ``max_new_tokens``).
+        agent: another episode shape than the Search-R1 loop (see ``rollout``).
     """
     timer = time.perf_counter
     trainer.policy.model.eval()
@@ -106,6 +114,7 @@ def grpo_step(
         retriever,
         group_size=trainer.config.group_size,
         rollout_kwargs=rollout_kwargs,
+        agent=agent,
     )
     rolled = timer()
     scores = score(trajectories, repeated, reward_fn)
