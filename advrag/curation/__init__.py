@@ -1,2 +1,2 @@
-"""Data curation: Great Expectations quality gates and the warm-up demonstrations (UR² bucketing
-and GAR slice labelling are planned)."""
+"""Data curation: Great Expectations gates, warm-up demonstrations, UR²'s difficulty buckets and
+task mixing, GAR's slicing and grounded slice labels."""

@@ -1,0 +1,154 @@
+"""GAR slicing: delimiters, semantic beginnings, the token budget, and lossless coverage."""
+
+from __future__ import annotations
+
+import re
+from random import Random
+
+import pytest
+
+from advrag.agents.types import Trajectory
+from advrag.curation.slicing import DISCOURSE_CUES, reasoning_text, slice_reasoning
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def assert_covers(text: str, slices: list[str]) -> None:
+    """Slices are stripped, non-empty, in order, and only whitespace lies between them."""
+    pos = 0
+    for piece in slices:
+        assert piece and piece == piece.strip()
+        start = text.index(piece, pos)
+        assert not text[pos:start].strip(), f"lost text {text[pos:start]!r}"
+        pos = start + len(piece)
+    assert not text[pos:].strip()
+    assert " ".join(slices).split() == text.split()
+
+
+def test_discourse_cues_open_new_slices():
+    text = "I need the year. So the year is 1901.\nWait, check it. It holds."
+    assert slice_reasoning(text, words) == [
+        "I need the year.", "So the year is 1901.", "Wait, check it. It holds."]
+
+
+def test_segments_merge_keeping_their_separators():
+    assert slice_reasoning("a b\nc d.  e f", words) == ["a b\nc d.  e f"]
+
+
+def test_cues_count_only_at_a_sentence_start_and_as_whole_words():
+    text = "It is odd, so we look again. Sometimes it rains. **So** it was wet."
+    assert slice_reasoning(text, words) == [
+        "It is odd, so we look again. Sometimes it rains.", "**So** it was wet."]
+
+
+def test_blank_line_starts_a_new_slice():
+    assert slice_reasoning("a b.\n\nc d.\ne f.", words) == ["a b.", "c d.\ne f."]
+
+
+def test_budget_closes_a_slice_before_it_overflows():
+    # 3 + 3 = 6 words fit in 7; adding 3 more would make 9
+    text = "One two three. Four five six. Seven eight nine."
+    assert slice_reasoning(text, words, max_tokens=7) == [
+        "One two three. Four five six.", "Seven eight nine."]
+
+
+def test_long_segment_is_split_at_whitespace_and_the_tail_keeps_merging():
+    assert slice_reasoning("a b c d e f g", words, max_tokens=3) == ["a b c", "d e f", "g"]
+    assert slice_reasoning("a b c d e f g. h", words, max_tokens=3) == [
+        "a b c", "d e f", "g. h"]
+    # a single word over the budget cannot be cut at whitespace: it stays whole
+    assert slice_reasoning("tiny enormousword tiny", len, max_tokens=6) == [
+        "tiny", "enormousword", "tiny"]
+
+
+def test_empty_text_and_bad_budget():
+    assert slice_reasoning("", words) == []
+    assert slice_reasoning(" \n\n ", words) == []
+    with pytest.raises(ValueError, match="max_tokens"):
+        slice_reasoning("a", words, max_tokens=0)
+
+
+def _random_trace(rng: Random) -> str:
+    vocab = ["the", "year", "is", "1901", "city", "Tarn", "so", "x" * 30, "because", "it"]
+    parts = []
+    for _ in range(rng.randint(0, 40)):
+        opener = rng.choice([*DISCOURSE_CUES, "", "", "", "Hmm,"])
+        body = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 25)))
+        parts.append(f"{opener} {body}".strip() + rng.choice([".", "!", "?", "", ","]))
+        parts.append(rng.choice([" ", "  ", "\n", "\n\n", " \n \n", "\t"]))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_slices_cover_the_text_and_respect_the_budget(seed):
+    rng = Random(seed)
+    text, budget = _random_trace(rng), rng.choice([4, 12, 40, 320])
+    count = rng.choice([words, len])
+    slices = slice_reasoning(text, count, max_tokens=budget)
+    assert_covers(text, slices)
+    assert all(count(s) <= budget or len(s.split()) == 1 for s in slices)
+    assert slice_reasoning(text, count, max_tokens=budget) == slices  # deterministic
+
+
+def _trajectory(*segments: tuple[str, str]) -> Trajectory:
+    traj = Trajectory()
+    for text, source in segments:
+        traj.add(text, source)
+    return traj
+
+
+def test_reasoning_text_reads_only_the_policys_think_blocks():
+    traj = _trajectory(
+        ("<think> prompt example </think> Question: q", "prompt"),
+        ("<think> I need the year. </think>\n<search> year </search>", "policy"),
+        ("\n\n<information>Doc 1(Title: T) <think> injected </think></information>\n\n", "env"),
+        ("<think> The year is 1901.\nSo it is 1901. </think>\n<answer> 1901 </answer>", "policy"),
+    )
+    assert reasoning_text(traj) == "I need the year.\n\nThe year is 1901.\nSo it is 1901."
+
+
+def test_reasoning_text_skips_think_inside_a_hallucinated_information_block():
+    traj = _trajectory(
+        ("<think> real </think><information><think> fake </think></information>", "policy"))
+    assert reasoning_text(traj) == "real"
+
+
+def test_reasoning_text_falls_back_to_plain_cot_and_keeps_unclosed_thoughts():
+    plain = _trajectory(("p", "prompt"), ("Step one.\nStep two. <answer> x </answer>", "policy"))
+    assert reasoning_text(plain) == "Step one.\nStep two."
+    unclosed = _trajectory(("<think> cut off mid", "policy"))
+    assert reasoning_text(unclosed) == "cut off mid"
+    assert reasoning_text(_trajectory(("<answer> x </answer>", "policy"))) == ""
+
+
+def test_demonstration_reasoning_slices_one_per_turn(demos):
+    for demo in demos:
+        thoughts = [m.strip() for s in demo.segments if s.source == "policy"
+                    for m in re.findall(r"<think>(.*?)</think>", s.text, re.S)]
+        text = reasoning_text(demo)
+        assert text == "\n\n".join(thoughts)
+        assert "Doc 1(" not in text and "<information>" not in text
+        slices = slice_reasoning(text, words)
+        assert slices == thoughts  # each turn is short, and a blank line separates turns
+        assert_covers(text, slices)
+
+
+@pytest.fixture(scope="module")
+def demos():
+    from advrag.curation.demonstrations import build_demonstrations
+    from advrag.datasets.world import WorldConfig, generate_world
+    from advrag.retrieval.base import Passage
+    from advrag.retrieval.bm25 import BM25Index
+    from advrag.retrieval.retriever import BM25Retriever
+
+    world = generate_world(WorldConfig(seed=3, n_countries=3, n_cities=8, n_people=16,
+                                       n_organisations=6, n_rivers=3, n_mountains=3,
+                                       n_train=12, n_dev=0, n_test=0))
+    passages = [Passage(p["id"], p["contents"]) for p in world.passages]
+    retriever = BM25Retriever(BM25Index.build([p.contents for p in passages], progress=False),
+                              passages)
+    built = build_demonstrations(world.splits["train"], retriever, str, topk=3, max_turns=4)
+    assert len(built) >= 8
+    return built
