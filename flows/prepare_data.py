@@ -12,7 +12,8 @@ from advrag.tasks import data
 def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
     """World → GX gate → `dvc add data` → `dvc repro`; returns the data version."""
     world_dir = data.build_world(config.world)
-    qa_files = [world_dir / f"{split}.jsonl" for split in ("train", "dev", "test")]
+    qa_files = [world_dir / f"{prefix}{split}.jsonl" for prefix in ("", "reasoning_")
+                for split in ("train", "dev", "test")]
     data.gate_files([*qa_files, *config.extra_files], [world_dir / "corpus.jsonl"])
     data.version_raw_data(config.raw_dir)
     if not config.dvc_repro:

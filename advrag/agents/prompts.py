@@ -15,6 +15,8 @@
     inserted on a new line as a labelled transcript (see ``render_dialogue``
     in ``advrag.agents.arr``); the paper does not say how it is serialised.
 - CoT (no retrieval) and naive RAG (top-k documents, then answer) baselines.
+- UR²'s summariser fallback message (App. D.3) and the hint shown after a
+  fallback (App. C.4), verbatim.
 """
 
 from __future__ import annotations
@@ -91,6 +93,18 @@ FORCE_ANSWER_HINT = (
     "\nNo more searches are allowed. I must now give the final answer between <answer> and "
     "</answer>.\n"
 )
+SUMMARY_FALLBACK_MESSAGE = (
+    "This query requires design, computation, or complex reasoning, which exceeds the "
+    "capabilities of a search engine. Please input another query or proceed with direct "
+    "reasoning."
+)
+"""UR² App. D.3: what the summariser answers for a query that asks for reasoning, not facts."""
+FALLBACK_HINT = (
+    "It seems that this query exceeds the capabilities of the retrieval system. We may consider "
+    "rephrasing it into a more fact-based and searchable question that does not require complex "
+    "reasoning, or proceed with direct reasoning based on prior knowledge.\n\n"
+)
+"""UR² App. C.4: the visible hint appended after ``</information>`` when a search fell back."""
 NO_FEEDBACK_TEXT = "The verifier gave no usable feedback."
 INFO_OPEN, INFO_CLOSE = "\n\n<information>", "</information>\n\n"
 FEEDBACK_OPEN, FEEDBACK_CLOSE = "\n\n<feedback>", "</feedback>\n\n"
@@ -140,3 +154,17 @@ def cot_prompt(question: str) -> str:
 def naive_rag_prompt(question: str, passages: Sequence[Passage]) -> str:
     """User message for the naive-RAG baseline: the top-k documents, then the question."""
     return NAIVE_RAG_TEMPLATE.format(docs=format_docs(passages), question=question)
+
+
+DIRECT_REASONING_TEMPLATE = (
+    "Answer the given question by reasoning step by step, without any search: everything "
+    "you need is stated in the question. Reason inside <think> and </think>, then give the "
+    "final answer inside <answer> and </answer>, without detailed explanations. For example, "
+    "<answer> 67 </answer>. Question: {question}\n"
+)
+
+
+def direct_reasoning_prompt(question: str) -> str:
+    """User message for UR²'s direct step-by-step reasoning items (task mixing, §3.1.2):
+    the think/answer half of the Search-R1 tag grammar, no search."""
+    return DIRECT_REASONING_TEMPLATE.format(question=question)

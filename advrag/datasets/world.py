@@ -22,6 +22,16 @@ Questions come in three types, recorded in ``metadata``:
 exact string written in that passage; ``supporting_ids`` are those passage ids.
 Generation is deterministic for a seed: one ``random.Random(seed)`` drives it
 all and every iteration is over ordered containers.
+
+Reasoning-only questions (UR²'s task mixing, §3.1.2) state both facts in the
+question and ask for a computed answer: a difference of years, populations or
+lengths, or which of two values is larger ("Zorvath was founded in 1834 and
+Kelmar in 1901. How many years apart were they founded?" → 67). Their metadata
+is ``type = "reasoning"``, ``hops = 0``, empty ``chain`` and ``supporting_ids``,
+and ``needs_retrieval = False`` (the other questions carry no such key). They
+go to separate ``reasoning_<split>.jsonl`` files and are drawn by their own
+``Random(f"{seed}-reasoning")``, so the corpus and the QA splits are the same
+bytes whatever ``n_reasoning`` is.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from advrag.datasets.records import QARecord, write_jsonl
 QUESTION_TYPES = ("single", "compositional", "comparison")
 KINDS = ("country", "city", "person", "organisation", "river", "mountain")
 SPLITS = ("train", "dev", "test")
+REASONING_SIZES = {"train": 100, "dev": 20, "test": 20}
 
 
 class WorldConfig(BaseModel):
@@ -77,6 +88,9 @@ class WorldConfig(BaseModel):
         default_factory=lambda: {"single": 0.3, "compositional": 0.5, "comparison": 0.2}
     )
     """Share of each question type over all splits; must sum to 1."""
+    n_reasoning: int | dict[str, int] = Field(default_factory=lambda: dict(REASONING_SIZES))
+    """Reasoning-only questions per split (``reasoning_<split>.jsonl``): a count for each
+    split name, or one int for every split (0 turns them off)."""
 
     @model_validator(mode="after")
     def _check(self) -> WorldConfig:
@@ -91,7 +105,18 @@ class WorldConfig(BaseModel):
             raise ValueError("question_mix shares must be >= 0")
         if abs(sum(self.question_mix.values()) - 1.0) > 1e-6:
             raise ValueError(f"question_mix shares must sum to 1, got {self.question_mix}")
+        if isinstance(self.n_reasoning, dict) and set(self.n_reasoning) != set(SPLITS):
+            raise ValueError(f"n_reasoning must have exactly the keys {SPLITS} (or be one int), "
+                             f"got {sorted(self.n_reasoning)}")
+        if min(self.reasoning_sizes().values()) < 0:
+            raise ValueError(f"n_reasoning counts must be >= 0, got {self.n_reasoning}")
         return self
+
+    def reasoning_sizes(self) -> dict[str, int]:
+        """Reasoning-only questions per split, ``n_reasoning`` spelled out for every split."""
+        if isinstance(self.n_reasoning, int):
+            return dict.fromkeys(SPLITS, self.n_reasoning)
+        return {split: self.n_reasoning[split] for split in SPLITS}
 
 
 @dataclass
@@ -108,12 +133,13 @@ class Entity:
 
 @dataclass
 class World:
-    """A generated world: entities by id, corpus passages, QA splits by name."""
+    """A generated world: entities by id, corpus passages, QA and reasoning-only splits by name."""
 
     config: WorldConfig
     entities: dict[str, Entity]
     passages: list[dict[str, str]]
     splits: dict[str, list[QARecord]]
+    reasoning: dict[str, list[QARecord]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -432,7 +458,53 @@ _COMPARISONS: tuple[tuple[str, str, str, str], ...] = (
     ("river", "length_km", "max", "Which river is longer, {a} or {b}?"),
     ("mountain", "height_m", "max", "Which mountain is higher, {a} or {b}?"),
 )
+# Reasoning-only: (kind, attribute, "diff", "min" or "max", question); {va}/{vb} are the
+# values as the passages write them.
+_REASONING: tuple[tuple[str, str, str, str], ...] = (
+    ("country", "founding_year", "diff",
+     "{a} was founded in {va} and {b} in {vb}. How many years apart were they founded?"),
+    ("person", "birth_year", "diff",
+     "{a} was born in {va} and {b} in {vb}. How many years apart were they born?"),
+    ("city", "population", "diff",
+     "The city of {a} has a population of {va} and the city of {b} a population of {vb}. "
+     "What is the difference between their populations?"),
+    ("river", "length_km", "diff",
+     "{a} is {va} kilometres long and {b} is {vb} kilometres long. "
+     "How much longer is the longer river, in kilometres?"),
+    ("person", "height_cm", "max",
+     "{a} stood {va} centimetres tall and {b} stood {vb} centimetres tall. Who was taller?"),
+    ("organisation", "founding_year", "min",
+     "{a} was founded in {va} and {b} in {vb}. Which of the two is older?"),
+    ("city", "founding_year", "diff",
+     "The city of {a} was founded in {va} and the city of {b} in {vb}. "
+     "How many years apart were they founded?"),
+    ("country", "population", "diff",
+     "{a} has a population of {va} and {b} a population of {vb}. "
+     "How many more people live in the more populous country?"),
+    ("mountain", "height_m", "max",
+     "{a} rises to a height of {va} metres and {b} to {vb} metres. Which mountain is taller?"),
+    ("person", "birth_year", "min", "{a} was born in {va} and {b} in {vb}. Who was older?"),
+    ("organisation", "founding_year", "diff",
+     "{a} was founded in {va} and {b} in {vb}. How many years apart were they founded?"),
+    ("city", "population", "max",
+     "The city of {a} has a population of {va} and the city of {b} a population of {vb}. "
+     "Which city is larger?"),
+    ("mountain", "height_m", "diff",
+     "{a} rises to a height of {va} metres and {b} to {vb} metres. "
+     "How much higher is the higher mountain, in metres?"),
+    ("person", "height_cm", "diff",
+     "{a} stood {va} centimetres tall and {b} stood {vb} centimetres tall. "
+     "What was the difference in their heights, in centimetres?"),
+    ("river", "length_km", "max",
+     "{a} is {va} kilometres long and {b} is {vb} kilometres long. Which river is longer?"),
+    ("country", "founding_year", "min",
+     "{a} was founded in {va} and {b} in {vb}. Which country is older?"),
+)
+# relation -> unit words also accepted after a difference (lengths already carry theirs)
+_DIFFERENCE_UNITS = {"founding_year": ("years",), "birth_year": ("years",),
+                     "population": ("people",)}
 
+_PairTemplate = tuple[str, str, str, str]  # kind, attribute, selection or operation, question
 _Question = tuple[str, list[str], dict[str, Any]]  # question, golden answers, metadata
 _Index = dict[tuple[str, str], tuple[_Fact, str]]
 
@@ -499,25 +571,69 @@ def _comparison(a: Entity, b: Entity, template: tuple[str, str, str, str],
     return text.format(a=a.name, b=b.name), [winner.name, *winner.aliases], meta
 
 
-def _comparisons(by_kind: dict[str, list[Entity]], index: _Index, n: int,
-                 rng: Random) -> list[_Question]:
-    """``n`` comparison questions over random untied pairs, cycling over templates."""
+def _untied_pairs(templates: tuple[_PairTemplate, ...], by_kind: dict[str, list[Entity]],
+                  n: int, rng: Random, what: str,
+                  lower: str) -> list[tuple[_PairTemplate, Entity, Entity]]:
+    """``n`` random pairs with different values of their template's attribute, cycling over
+    ``templates``; a pair is used once per attribute. ``what``/``lower`` name the error's fix."""
     seen: set[tuple[str, str, str]] = set()
-    out: list[_Question] = []
+    out: list[tuple[_PairTemplate, Entity, Entity]] = []
     for attempt in range(50 * n + 100):
         if len(out) == n:
             break
-        template = _COMPARISONS[attempt % len(_COMPARISONS)]
+        template = templates[attempt % len(templates)]
         kind, attr = template[:2]
         a, b = rng.sample(by_kind[kind], 2)
         key = (attr, *sorted((a.id, b.id)))
         if key not in seen and a.attrs[attr] != b.attrs[attr]:
             seen.add(key)
-            out.append(_comparison(a, b, template, index))
+            out.append((template, a, b))
     if len(out) < n:
-        raise ValueError(f"could only draw {len(out)} of {n} untied comparison questions; "
-                         "raise the entity counts or lower the comparison share")
+        raise ValueError(f"could only draw {len(out)} of {n} untied {what} questions; "
+                         f"raise the entity counts or lower {lower}")
     return out
+
+
+def _comparisons(by_kind: dict[str, list[Entity]], index: _Index, n: int,
+                 rng: Random) -> list[_Question]:
+    """``n`` comparison questions over random untied pairs, cycling over templates."""
+    pairs = _untied_pairs(_COMPARISONS, by_kind, n, rng, "comparison", "the comparison share")
+    return [_comparison(a, b, template, index) for template, a, b in pairs]
+
+
+def _difference_answers(value: int, relation: str) -> list[str]:
+    """Spellings of a difference of ``relation`` values: digits, commas, units ("67 years")."""
+    surface, forms = _number_answers(value, relation)
+    plain = dict.fromkeys((surface, str(value)))
+    return [*forms, *(f"{f} {u}" for f in plain for u in _DIFFERENCE_UNITS.get(relation, ()))]
+
+
+def _reasoning_question(a: Entity, b: Entity, template: _PairTemplate) -> _Question:
+    """Both values stated in the question; the answer is their difference or the min/max holder."""
+    kind, attr, op, text = template
+    va, vb = int(a.attrs[attr]), int(b.attrs[attr])
+    if op == "diff":
+        answers = _difference_answers(abs(va - vb), attr)
+    else:
+        winner = (min if op == "min" else max)((a, b), key=lambda e: int(e.attrs[attr]))
+        answers = [winner.name, *winner.aliases]
+    meta = {"type": "reasoning", "hops": 0, "supporting_ids": [], "chain": [],
+            "needs_retrieval": False, "template": f"{kind}.{attr}.{op}"}
+    question = text.format(a=a.name, b=b.name, va=_number_answers(va, attr)[0],
+                           vb=_number_answers(vb, attr)[0])
+    return question, answers, meta
+
+
+def _reasoning(ents: dict[str, Entity], cfg: WorldConfig) -> dict[str, list[QARecord]]:
+    """Reasoning-only questions per split, drawn by their own generator so that the main
+    one's draws (hence corpus and QA splits) do not depend on ``n_reasoning``."""
+    rng = Random(f"{cfg.seed}-reasoning")
+    sizes = cfg.reasoning_sizes()
+    pairs = _untied_pairs(_REASONING, _by_kind(ents), sum(sizes.values()), rng, "reasoning",
+                          "n_reasoning")
+    pool = [_reasoning_question(a, b, template) for template, a, b in pairs]
+    rng.shuffle(pool)
+    return _cut(pool, sizes, "world-reasoning")
 
 
 def _type_counts(mix: dict[str, float], total: int) -> dict[str, int]:
@@ -535,17 +651,27 @@ def _questions(ents: dict[str, Entity], index: _Index, cfg: WorldConfig,
     """Draw the question pool by type, shuffle it and cut it into the splits."""
     sizes = {"train": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test}
     counts = _type_counts(cfg.question_mix, sum(sizes.values()))
-    by_kind = {k: [e for e in ents.values() if e.kind == k] for k in KINDS}
+    by_kind = _by_kind(ents)
     buckets = _chain_buckets(by_kind, ents, index)
     pool = (_round_robin(buckets["single"], counts["single"], rng, "single-hop")
             + _round_robin(buckets["compositional"], counts["compositional"], rng,
                            "compositional")
             + _comparisons(by_kind, index, counts["comparison"], rng))
     rng.shuffle(pool)
+    return _cut(pool, sizes, "world")
+
+
+def _by_kind(ents: dict[str, Entity]) -> dict[str, list[Entity]]:
+    """Entities grouped by kind, each group in id order."""
+    return {k: [e for e in ents.values() if e.kind == k] for k in KINDS}
+
+
+def _cut(pool: list[_Question], sizes: dict[str, int], prefix: str) -> dict[str, list[QARecord]]:
+    """Cut ``pool`` into consecutive splits of ``sizes``; ids are ``<prefix>-<split>-<n>``."""
     splits, start = {}, 0
     for split in SPLITS:
         chunk = pool[start:start + sizes[split]]
-        splits[split] = [QARecord(f"world-{split}-{i:04d}", q, a, m)
+        splits[split] = [QARecord(f"{prefix}-{split}-{i:04d}", q, a, m)
                          for i, (q, a, m) in enumerate(chunk)]
         start += sizes[split]
     return splits
@@ -554,7 +680,7 @@ def _questions(ents: dict[str, Entity], index: _Index, cfg: WorldConfig,
 # ---------------------------------------------------------------- public API
 
 def generate_world(config: WorldConfig | None = None) -> World:
-    """Build the whole fictional world (entities, corpus, QA splits) from one seed.
+    """Build the whole fictional world (entities, corpus, QA and reasoning splits) from one seed.
 
     Same config, same world, byte for byte; the defaults run in well under a second.
     """
@@ -566,19 +692,23 @@ def generate_world(config: WorldConfig | None = None) -> World:
     _people(cfg, rng, namer, ents)
     _others(cfg, rng, namer, ents)
     passages, index = _corpus(ents, cfg, rng)
-    return World(cfg, ents, passages, _questions(ents, index, cfg, rng))
+    return World(cfg, ents, passages, _questions(ents, index, cfg, rng), _reasoning(ents, cfg))
 
 
 def write_world(world: World, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write ``corpus.jsonl``, ``<split>.jsonl`` and ``world.json`` into ``out_dir``.
+    """Write ``corpus.jsonl``, ``<split>.jsonl``, ``reasoning_<split>.jsonl`` and ``world.json``
+    into ``out_dir``.
 
-    Each file is written atomically. Returns the paths by name
-    (``corpus``, ``train``, ``dev``, ``test``, ``world``).
+    Each file is written atomically (a reasoning file is empty when its count is 0). Returns
+    the paths by name (``corpus``, ``train``, ``dev``, ``test``, ``reasoning_train``,
+    ``reasoning_dev``, ``reasoning_test``, ``world``).
     """
     out = Path(out_dir)
     paths = {"corpus": write_jsonl(out / "corpus.jsonl", world.passages)}
     for split, records in world.splits.items():
         paths[split] = write_jsonl(out / f"{split}.jsonl", records)
+    for split, records in world.reasoning.items():
+        paths[f"reasoning_{split}"] = write_jsonl(out / f"reasoning_{split}.jsonl", records)
     doc = {"config": world.config.model_dump(),
            "entities": [asdict(e) for e in world.entities.values()]}
     paths["world"] = out / "world.json"

@@ -165,7 +165,8 @@ def test_too_many_questions_for_a_small_world():
 def test_written_world_loads_back(tmp_path, world):
     paths = write_world(world, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "corpus.jsonl", "dev.jsonl", "test.jsonl", "train.jsonl", "world.json"]
+        "corpus.jsonl", "dev.jsonl", "reasoning_dev.jsonl", "reasoning_test.jsonl",
+        "reasoning_train.jsonl", "test.jsonl", "train.jsonl", "world.json"]
     assert load_qa(paths["test"]) == world.splits["test"]
     assert load_corpus(paths["corpus"]) == world.passages
     doc = json.loads(paths["world"].read_text())
