@@ -12,6 +12,7 @@ import time
 from prefect import flow
 
 from advrag.config import BenchmarkConfig
+from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
 from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
@@ -71,13 +72,20 @@ def curate_with(recipe: Recipe, policy: str, run_id: str) -> None:
     """
     if getattr(recipe.config, "curate", None) is None:
         return
-    from advrag.datasets.records import QARecord, read_jsonl
+    from advrag.datasets.records import read_jsonl
     from advrag.flows.curate import curate_flow
 
     paths = curate_flow(recipe.config, policy=policy, parent=run_id)["paths"]
-    curated, stage1 = ([QARecord.from_json(row) for row in read_jsonl(paths[name])]
+    curated, stage1 = ([leveled(row) for row in read_jsonl(paths[name])]
                        for name in ("curated", "stage1"))
     recipe.use_curation(curated, stage1)
+
+
+def leveled(row: dict) -> QARecord:
+    """A curated row as a QA record whose metadata carries its difficulty level."""
+    record = QARecord.from_json(row)
+    record.metadata["level"] = row["level"]
+    return record
 
 
 def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int) -> list[dict]:

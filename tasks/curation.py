@@ -17,8 +17,9 @@ def curation_data(config: UR2Config) -> tuple:
     """The retriever, the training questions to score, and the held-out (dev + test) ones."""
     from advrag.datasets.loaders import load_qa
     from advrag.retrieval.retriever import load_retriever
+    from advrag.tasks.rl import training_questions
 
-    records = load_qa(config.world_dir / "train.jsonl")[:config.curate.questions]
+    records = training_questions(config)[:config.curate.questions]
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
     return load_retriever(config.index_dir, kind="dense"), records, heldout
 
@@ -37,8 +38,9 @@ def fingerprint(policy: str) -> tuple[str, str]:
 def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
                     records: list[QARecord], retriever) -> list:
     """k rollouts per question with the policy (cached per policy, k and settings)."""
-    from advrag.agents.search_loop import run_search_agent
+    from advrag.agents.mixed import run_mixed_agent
     from advrag.curation.curate import ScoreCache, cache_path, estimate_scores
+    from advrag.curation.mixing import needs_search
     from advrag.engines.local.generation import HFGenerator, pick_dtype
     from advrag.models.loading import load_policy
 
@@ -50,9 +52,9 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
                             batch_size=64)
 
     def rollout(batch):
-        return run_search_agent([r.question for r in batch], generator, retriever,
-                                max_turns=config.max_turns, topk=config.topk,
-                                max_new_tokens=config.max_new_tokens)
+        return run_mixed_agent([r.question for r in batch], [needs_search(r) for r in batch],
+                               generator, retriever, max_turns=config.max_turns,
+                               topk=config.topk, max_new_tokens=config.max_new_tokens)
 
     cache = ScoreCache(cache_path(section.cache_dir, policy_hash, section.k, settings))
     return estimate_scores(records, rollout, cache, k=section.k, metric=section.metric,

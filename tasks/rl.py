@@ -16,11 +16,25 @@ from advrag.tasks import tracking
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
 def training_data(config: RLRunConfig) -> tuple:
-    """The retriever (the dense index `dvc repro` built) and the world's training questions."""
-    from advrag.datasets.loaders import load_qa
+    """The retriever (the dense index `dvc repro` built) and the training questions."""
     from advrag.retrieval.retriever import load_retriever
 
-    return load_retriever(config.index_dir, kind="dense"), load_qa(config.world_dir / "train.jsonl")
+    return load_retriever(config.index_dir, kind="dense"), training_questions(config)
+
+
+def training_questions(config: RLRunConfig) -> list[QARecord]:
+    """The world's training questions; with ``reasoning_share`` (UR²'s task mixing) that share
+    of them are reasoning-only items, the QA ones all kept."""
+    from advrag.curation.mixing import mix_tasks
+    from advrag.datasets.loaders import load_qa
+
+    records = load_qa(config.world_dir / "train.jsonl")
+    share = getattr(config, "reasoning_share", 0.0)
+    if not share:
+        return records
+    reasoning = load_qa(config.world_dir / "reasoning_train.jsonl")
+    wanted = round(len(records) / (1.0 - share)) if share < 1 else len(reasoning)
+    return mix_tasks(records, reasoning, share, wanted, config.optim.seed)
 
 
 @task(cache_policy=NO_CACHE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from advrag.agents.prompts import cot_prompt, naive_rag_prompt
+from advrag.agents.prompts import cot_prompt, direct_reasoning_prompt, naive_rag_prompt
 from advrag.agents.protocol import last_content
 from advrag.agents.types import TextGenerator, Trajectory
 from advrag.retrieval.base import Retriever
@@ -73,3 +73,13 @@ def answer_naive_rag(
         traj.n_searches = 1
         traj.retrieved_ids = [p.id for p in passages]
     return predictions, trajs
+
+
+def answer_direct(
+    questions: Sequence[str], generator: TextGenerator, max_new_tokens: int = 256
+) -> tuple[list[str | None], list[Trajectory]]:
+    """UR²'s direct step-by-step reasoning (task mixing): the facts are in the question."""
+    if not questions:
+        return [], []
+    prompts = [generator.chat_prompt(direct_reasoning_prompt(q)) for q in questions]
+    return _answer_all(prompts, generator, max_new_tokens)

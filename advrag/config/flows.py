@@ -296,6 +296,9 @@ class UR2Config(TrainFlowConfig):
                               "stage 2 (paper 10); 0 = 'w/o stage 1'.")
     fallback_penalty: float = Field(0.5, ge=0, description="Per fallback fault (paper 0.5); 0 = "
                                     "'w/o P_fallback'.")
+    reasoning_share: float = Field(0.2, ge=0, le=1, description="Share of reasoning-only world "
+                                   "items (reasoning_train.jsonl) among the training questions: "
+                                   "task mixing; 0 = 'w/o task mixing'.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/ur2"),
                                  description="Checkpoints; a rerun resumes from the latest.")
     experiment: str = Field("advrag-ur2", min_length=1, description="MLflow experiment name.")

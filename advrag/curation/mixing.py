@@ -45,6 +45,12 @@ def prompt_mode(level: str | None, needs_retrieval: bool) -> str:
     return "retrieval" if needs_retrieval or level == "hard" else "reasoning"
 
 
+def needs_search(record: QARecord) -> bool:
+    """Whether ``record`` gets the retrieval prompt, from its metadata (``prompt_mode``)."""
+    meta = record.metadata
+    return prompt_mode(meta.get("level"), meta.get("needs_retrieval", True)) == "retrieval"
+
+
 def mix_tasks(qa_records: Sequence[QARecord], reasoning_records: Sequence[QARecord],
               reasoning_share: float, n: int, seed: int) -> list[QARecord]:
     """Draw ``min(n, available)`` distinct records, ``reasoning_share`` of them reasoning-only.

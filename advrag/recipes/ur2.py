@@ -10,8 +10,11 @@ recipe then trains in two stages:
 - **stage 2** on the curated 7:2:1 sample, rewarded for a correct answer and a
   valid format; both stages subtract ``fallback_penalty`` per fallback fault.
 
-What a violation, a valid query and a fallback fault are is defined once, in
-``agents.ur2_scoring``. Advantages: REINFORCE++ with a group-mean baseline and
+Task mixing (§3.1.2): reasoning-only items (``reasoning_share`` of the training
+questions) get a direct step-by-step prompt unless curation found them hard;
+every other item searches. What a violation, a valid query and a fallback fault
+are is defined once, in ``agents.ur2_scoring`` (no search is a violation only
+where the prompt asked for one). Advantages: REINFORCE++ with a group-mean baseline and
 batch whitening (``optim.advantage: reinforce_pp``, App. C.2).
 
 How this departs from the paper: "correct" is the answer scoring at least 0.5
@@ -30,6 +33,7 @@ from advrag.agents.types import Trajectory
 from advrag.agents.ur2_scoring import ur2_counts
 from advrag.config import UR2Config
 from advrag.core.rewards import ANSWER_METRICS, ur2_reward
+from advrag.curation.mixing import needs_search
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
 from advrag.recipes.grpo import GrpoRecipe
@@ -67,7 +71,7 @@ class UR2Recipe(GrpoRecipe):
         tally = {"violations": 0.0, "valid_queries": 0.0, "fallbacks": 0.0, "correct": 0.0}
 
         def reward(trajectory: Trajectory, record: QARecord) -> float:
-            counts = ur2_counts(trajectory)
+            counts = ur2_counts(trajectory, retrieval_expected=needs_search(record))
             correct = self.correct(trajectory, record)
             for key, value in zip(tally, (counts.format_violations, counts.valid_queries,
                                           counts.fallback_faults, correct), strict=True):
@@ -78,12 +82,23 @@ class UR2Recipe(GrpoRecipe):
                               fallback_penalty=c.fallback_penalty)
 
         metrics = grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
-                            records, reward_fn=reward,
-                            rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
-                                            "max_new_tokens": c.max_new_tokens})
+                            records, reward_fn=reward, agent=self.agent(retriever))
         n = len(records) * c.optim.group_size
         return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | {
             "ur2/stage": float(stage), "uncurated_pool": float(not self.pools.get(stage))}
+
+    def agent(self, retriever: Retriever):
+        """Task mixing's rollout: the search loop or a direct answer, per ``needs_search``."""
+        from advrag.agents.mixed import run_mixed_agent
+
+        c, generator = self.config, self.generators["reasoner"]
+
+        def run(records: Sequence[QARecord]) -> list[Trajectory]:
+            return run_mixed_agent([r.question for r in records], [needs_search(r) for r in records],
+                                   generator, retriever, max_turns=c.max_turns, topk=c.topk,
+                                   max_new_tokens=c.max_new_tokens)
+
+        return run
 
     def correct(self, trajectory: Trajectory, record: QARecord) -> bool:
         """The answer scores at least 0.5 under ``reward_metric`` (module docstring)."""
@@ -98,3 +113,4 @@ class UR2Recipe(GrpoRecipe):
         return (f"stage {metrics['ur2/stage']:.0f}, reward {metrics['reward_mean']:.3f}, "
                 f"correct {metrics['ur2/correct']:.2f}, valid queries "
                 f"{metrics['ur2/valid_queries']:.2f}, {seconds:.0f} s")
+

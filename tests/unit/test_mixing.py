@@ -106,3 +106,12 @@ def test_direct_reasoning_prompt_uses_the_answer_grammar_without_search():
     assert prompt.endswith("How many years apart were they founded?\n")
     assert "<think>" in prompt and "<answer>" in prompt and "<search>" not in prompt
     assert last_content("<think> 1901 - 1834 </think><answer> 67 </answer>", "answer") == "67"
+
+
+def test_needs_search_reads_level_and_needs_retrieval_from_metadata():
+    from advrag.curation.mixing import needs_search
+
+    qa = QARecord("q", "Where?", ["x"])
+    easy_reasoning = QARecord("r", "How many?", ["1"], {"needs_retrieval": False, "level": "easy"})
+    hard_reasoning = QARecord("h", "How many?", ["1"], {"needs_retrieval": False, "level": "hard"})
+    assert needs_search(qa) and needs_search(hard_reasoning) and not needs_search(easy_reasoning)
