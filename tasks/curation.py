@@ -43,18 +43,23 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     from advrag.curation.mixing import needs_search
     from advrag.engines.local.generation import HFGenerator, pick_dtype
     from advrag.models.loading import load_policy
+    from advrag.retrieval.summary import make_summariser
 
     section = config.curate
     settings = {"metric": section.metric, "max_turns": config.max_turns, "topk": config.topk,
-                "max_new_tokens": config.max_new_tokens, "temperature": config.temperature}
+                "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
+                "summary": config.summary.model_dump(mode="json", exclude={"cache_dir"})}
     policy = load_policy(model_dir, dtype=pick_dtype("auto"))
     generator = HFGenerator(policy.model, policy.tokenizer, temperature=config.temperature,
                             batch_size=64)
 
+    summariser = make_summariser(config.summary)
+
     def rollout(batch):
         return run_mixed_agent([r.question for r in batch], [needs_search(r) for r in batch],
                                generator, retriever, max_turns=config.max_turns,
-                               topk=config.topk, max_new_tokens=config.max_new_tokens)
+                               topk=config.topk, max_new_tokens=config.max_new_tokens,
+                               summariser=summariser)
 
     cache = ScoreCache(cache_path(section.cache_dir, policy_hash, section.k, settings))
     return estimate_scores(records, rollout, cache, k=section.k, metric=section.metric,

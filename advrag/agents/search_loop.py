@@ -7,7 +7,10 @@ All unfinished questions advance together: each turn makes ONE
 Per turn and item:
 - a closed ``<answer>`` ends the item (``Trajectory.answer`` is its content);
 - a closed ``<search>`` appends the top-k documents as an ``<information>``
-  block ("env");
+  block ("env"); with a UR² ``summariser`` the block holds their summary, the
+  fallback message (counted in ``fallbacks``; with ``fallback_hint``,
+  ``FALLBACK_HINT`` follows the block as "env", App. C.4) or, when summarising
+  failed, the raw documents;
 - anything else (no usable action) appends ``INVALID_ACTION_HINT`` ("env") and
   the item goes on to the next turn;
 - ``format_errors`` counts turns whose output has any protocol error
@@ -25,9 +28,11 @@ included. Text a generator produces after the action is kept in the trajectory
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from advrag.agents.baselines import extract_answer
 from advrag.agents.prompts import (
+    FALLBACK_HINT,
     FORCE_ANSWER_HINT,
     INVALID_ACTION_HINT,
     format_docs,
@@ -36,7 +41,10 @@ from advrag.agents.prompts import (
 )
 from advrag.agents.protocol import parse_step
 from advrag.agents.types import TextGenerator, Trajectory
-from advrag.retrieval.base import Retriever, search_by_item
+from advrag.retrieval.base import Passage, Retriever, search_by_item
+
+if TYPE_CHECKING:
+    from advrag.retrieval.summary import Summariser
 
 ACTIONS = ("search", "answer")
 STOP = ("</search>", "</answer>")
@@ -65,14 +73,30 @@ def _agent_turn(
     return queries
 
 
+def _information(
+    found: dict[int, list[Passage]], queries: dict[int, str], summariser: Summariser | None
+) -> dict[int, tuple[str, bool]]:
+    """Item → (body of its ``<information>`` block, whether it is the fallback message)."""
+    if summariser is None:
+        return {i: (format_docs(passages), False) for i, passages in found.items()}
+    summaries = summariser.summarise([(queries[i], passages) for i, passages in found.items()])
+    return {i: (s.text, s.kind == "fallback") for i, s in zip(found, summaries, strict=True)}
+
+
 def _retrieve_into(
-    trajs: list[Trajectory], queries: dict[int, str], retriever: Retriever, topk: int
+    trajs: list[Trajectory], queries: dict[int, str], retriever: Retriever, topk: int,
+    summariser: Summariser | None, fallback_hint: bool,
 ) -> None:
-    """One batched retrieval for all items that searched; append the documents as "env"."""
-    for i, passages in search_by_item(retriever, queries, topk).items():
-        trajs[i].add(information_block(format_docs(passages)), "env")
+    """One batched retrieval (and summarisation) for all items that searched; append as "env"."""
+    found = search_by_item(retriever, queries, topk)
+    for i, (body, fell_back) in _information(found, queries, summariser).items():
+        trajs[i].add(information_block(body), "env")
         trajs[i].n_searches += 1
-        trajs[i].retrieved_ids.extend(p.id for p in passages)
+        trajs[i].queries.append(queries[i])
+        trajs[i].retrieved_ids.extend(p.id for p in found[i])
+        trajs[i].fallbacks += int(fell_back)
+        if fell_back and fallback_hint:
+            trajs[i].add(FALLBACK_HINT, "env")
 
 
 def _force_answers(
@@ -101,11 +125,15 @@ def run_search_agent(
     max_turns: int = 4,
     topk: int = 3,
     max_new_tokens: int = 256,
+    summariser: Summariser | None = None,
+    fallback_hint: bool = True,
 ) -> list[Trajectory]:
     """Run the Search-R1 agent on all questions together; one Trajectory per question.
 
     Segments: the rendered prompt is "prompt", model output "policy", documents
     and hints "env". See the module docstring for turn and error handling.
+    ``summariser``: UR²'s summarised retrieval (None = raw documents);
+    ``fallback_hint``: show ``FALLBACK_HINT`` after a fallback (UR² does in training).
     """
     trajs = [Trajectory() for _ in questions]
     for traj, question in zip(trajs, questions):
@@ -115,7 +143,7 @@ def run_search_agent(
         if not active:
             break
         queries = _agent_turn(trajs, active, generator, max_new_tokens)
-        _retrieve_into(trajs, queries, retriever, topk)
+        _retrieve_into(trajs, queries, retriever, topk, summariser, fallback_hint)
     _force_answers(
         trajs, [i for i, t in enumerate(trajs) if t.answer is None], generator, max_new_tokens
     )

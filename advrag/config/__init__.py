@@ -18,6 +18,7 @@ from advrag.config.flows import (
     NightlyConfig,
     PromotionSection,
     RLRunConfig,
+    SummaryConfig,
     TrainFlowConfig,
     UR2Config,
     WarmupSection,
@@ -34,6 +35,6 @@ from advrag.config.loading import (
 __all__ = [
     "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
     "LoraSettings", "Method", "NightlyConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
-    "SFTConfig", "Strict", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
+    "SFTConfig", "Strict", "SummaryConfig", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
 ]

@@ -296,6 +296,11 @@ class UR2Config(TrainFlowConfig):
                               "stage 2 (paper 10); 0 = 'w/o stage 1'.")
     fallback_penalty: float = Field(0.5, ge=0, description="Per fallback fault (paper 0.5); 0 = "
                                     "'w/o P_fallback'.")
+    summary: SummaryConfig = Field(
+        default_factory=SummaryConfig,
+        description="LLM-summarised retrieval with the fallback message (§3.1.1); summarise: "
+        "false = raw documents ('w/o summary').",
+    )
     reasoning_share: float = Field(0.2, ge=0, le=1, description="Share of reasoning-only world "
                                    "items (reasoning_train.jsonl) among the training questions: "
                                    "task mixing; 0 = 'w/o task mixing'.")

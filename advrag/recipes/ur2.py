@@ -49,6 +49,14 @@ class UR2Recipe(GrpoRecipe):
     def __init__(self, config: UR2Config):
         super().__init__(config)
         self.pools: dict[int, list[QARecord]] = {}
+        self.summariser = None
+
+    def build(self, start_model: str) -> None:
+        """The agent as in ``grpo``, plus the summariser (a frozen model) when ``summarise``."""
+        from advrag.retrieval.summary import make_summariser
+
+        super().build(start_model)
+        self.summariser = make_summariser(self.config.summary)
 
     def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
         """Train stage 1 on ``stage1`` (the filtered questions), stage 2 on ``curated``."""
@@ -84,7 +92,9 @@ class UR2Recipe(GrpoRecipe):
         metrics = grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
                             records, reward_fn=reward, agent=self.agent(retriever))
         n = len(records) * c.optim.group_size
-        return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | {
+        summaries = {} if self.summariser is None else {
+            f"summary/{k}": float(v) for k, v in self.summariser.stats.as_dict().items()}
+        return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | summaries | {
             "ur2/stage": float(stage), "uncurated_pool": float(not self.pools.get(stage))}
 
     def agent(self, retriever: Retriever):
@@ -96,7 +106,7 @@ class UR2Recipe(GrpoRecipe):
         def run(records: Sequence[QARecord]) -> list[Trajectory]:
             return run_mixed_agent([r.question for r in records], [needs_search(r) for r in records],
                                    generator, retriever, max_turns=c.max_turns, topk=c.topk,
-                                   max_new_tokens=c.max_new_tokens)
+                                   max_new_tokens=c.max_new_tokens, summariser=self.summariser)
 
         return run
 

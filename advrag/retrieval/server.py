@@ -8,12 +8,21 @@ defaults to false) and answers ``{"result": [...]}`` with one list per query:
 answers ``{"status": "ok"}``. Malformed requests get FastAPI's 422 whose
 ``detail`` names the field and the rule it broke.
 
+With a UR² summariser (``--summarise``, ``advrag.retrieval.summary``) each
+query's list holds ONE document, ``{"id": "summary", "contents": "Summary\n<text>"}``,
+whose text is the summary or the fallback message, or the raw top-k documents
+when summarising failed; the response adds ``"summaries": [kind, ...]`` (one of
+``summary``, ``fallback``, ``raw`` per query) and ``GET /health`` adds the
+summariser's counts. Search-R1 clients read the summary as a document titled
+"Summary".
+
 Departure from Search-R1: it also accepts an empty ``queries`` list and
 ``topk`` ≤ 0; here both are 422s. Searches are serialised with a lock (the
 Hugging Face tokenizer inside the embedder is not safe to share across threads).
 
 Run: ``advrag serve-retriever --index-dir processed/index --port 8000`` or
-``python -m advrag.retrieval.server --index-dir processed/index --port 8000``.
+``python -m advrag.retrieval.server --index-dir processed/index --port 8000``
+(add ``--summarise [--summary-endpoint http://host:port] ...`` to summarise).
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from advrag.retrieval.base import Passage, Retriever
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from advrag.config.flows import SummaryConfig
+    from advrag.retrieval.summary import Summariser, Summary
 
 DEFAULT_TOPK = 3
 
@@ -50,8 +62,15 @@ def _format_hits(hits: list[Passage], return_scores: bool) -> list[dict[str, Any
     return [{"document": d, "score": p.score} for d, p in zip(documents, hits)]
 
 
-def create_app(retriever: Retriever, default_topk: int = DEFAULT_TOPK) -> FastAPI:
-    """FastAPI app serving ``retriever`` on ``POST /retrieve`` and ``GET /health``."""
+def _summarised(hits: list[Passage], summary: Summary) -> list[Passage]:
+    """A query's hits as served: the summary as one document, or the raw hits when it failed."""
+    return hits if summary.kind == "raw" else [Passage("summary", f"Summary\n{summary.text}")]
+
+
+def create_app(
+    retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: Summariser | None = None
+) -> FastAPI:
+    """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``, ``/health``."""
     from fastapi import FastAPI
 
     if default_topk < 1:
@@ -60,16 +79,23 @@ def create_app(retriever: Retriever, default_topk: int = DEFAULT_TOPK) -> FastAP
     lock = threading.Lock()
 
     @app.get("/health", response_model=None)
-    def health() -> dict[str, str]:
-        """Liveness probe: answers once the retriever is loaded."""
-        return {"status": "ok"}
+    def health() -> dict[str, Any]:
+        """Liveness probe: answers once the retriever is loaded (with the summariser's counts)."""
+        if summariser is None:
+            return {"status": "ok"}
+        return {"status": "ok", "summaries": summariser.stats.as_dict()}
 
     @app.post("/retrieve", response_model=None)
-    def retrieve(request: RetrieveRequest) -> dict[str, list[list[dict[str, Any]]]]:
-        """Top-k passages for each query, in Search-R1's response shape."""
+    def retrieve(request: RetrieveRequest) -> dict[str, list[Any]]:
+        """Top-k passages (or their summary) for each query, in Search-R1's response shape."""
         with lock:
             results = retriever.search(request.queries, request.topk or default_topk)
-        return {"result": [_format_hits(hits, request.return_scores) for hits in results]}
+            summaries = summariser and summariser.summarise(list(zip(request.queries, results)))
+        if summaries is None:
+            return {"result": [_format_hits(hits, request.return_scores) for hits in results]}
+        served = [_summarised(hits, s) for hits, s in zip(results, summaries)]
+        return {"result": [_format_hits(hits, request.return_scores) for hits in served],
+                "summaries": [s.kind for s in summaries]}
 
     return app
 
@@ -80,8 +106,11 @@ def serve(
     port: int = 8000,
     kind: str = "dense",
     default_topk: int = DEFAULT_TOPK,
+    summary: SummaryConfig | None = None,
 ) -> None:
     """Load the retriever in ``index_dir`` and serve it with uvicorn until interrupted.
+
+    ``summary``: UR²'s summariser settings (None or ``summarise: false`` = raw documents).
 
     Sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set) before torch/faiss start their
     OpenMP pools: on a few cores shared with a trainer, spinning idle threads made
@@ -91,9 +120,34 @@ def serve(
     import uvicorn
 
     from advrag.retrieval.retriever import load_retriever
+    from advrag.retrieval.summary import make_summariser
 
-    app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk)
+    summariser = make_summariser(summary) if summary is not None else None
+    app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
+                     summariser=summariser)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+SUMMARY_OPTIONS = ("endpoint", "model", "max_new_tokens", "timeout_s", "cache_dir")
+"""``SummaryConfig`` fields the command lines expose as ``--summary-<field>``."""
+
+
+def summary_config(summarise: bool, **options: Any) -> SummaryConfig:
+    """Command-line summariser options as a validated ``SummaryConfig`` (unset ones keep defaults)."""
+    from advrag.config.flows import SummaryConfig
+
+    return SummaryConfig(summarise=summarise, **{k: v for k, v in options.items() if v is not None})
+
+
+def _add_summary_options(parser: argparse.ArgumentParser) -> None:
+    """``--summarise`` and ``--summary-<field>``, helped by ``SummaryConfig``'s descriptions."""
+    from advrag.config.flows import SummaryConfig
+
+    fields = SummaryConfig.model_fields
+    parser.add_argument("--summarise", action="store_true", help=fields["summarise"].description)
+    for name in SUMMARY_OPTIONS:
+        flag = "--summary-" + name.replace("_", "-")
+        parser.add_argument(flag, dest=f"summary_{name}", help=fields[name].description)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -106,8 +160,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--topk", type=int, default=DEFAULT_TOPK, help="default when a request has none"
     )
+    _add_summary_options(parser)
     args = parser.parse_args(argv)
-    serve(args.index_dir, host=args.host, port=args.port, kind=args.kind, default_topk=args.topk)
+    options = {name: getattr(args, f"summary_{name}") for name in SUMMARY_OPTIONS}
+    serve(args.index_dir, host=args.host, port=args.port, kind=args.kind, default_topk=args.topk,
+          summary=summary_config(args.summarise, **options))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from advrag.config import (
     NightlyConfig,
     Strict,
     TrainFlowConfig,
+    UR2Config,
     did_you_mean,
     load_config,
 )
@@ -22,7 +23,10 @@ from advrag.config import (
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": AdversarialRLConfig,
            "arr-no-adv.yaml": AdversarialRLConfig, "arr-no-proc.yaml": AdversarialRLConfig,
-           "nightly.yaml": NightlyConfig, "nightly-tiny.yaml": NightlyConfig}
+           "nightly.yaml": NightlyConfig, "nightly-tiny.yaml": NightlyConfig,
+           **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
+                            "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml"],
+                           UR2Config)}
 
 
 def config_models() -> list[type[Strict]]:

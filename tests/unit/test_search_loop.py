@@ -6,13 +6,16 @@ from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 
 from advrag.agents.baselines import answer_cot, answer_naive_rag, extract_answer
 from advrag.agents.prompts import (
+    FALLBACK_HINT,
     FORCE_ANSWER_HINT,
     INVALID_ACTION_HINT,
+    SUMMARY_FALLBACK_MESSAGE,
     format_docs,
     information_block,
     search_r1_prompt,
 )
 from advrag.agents.search_loop import STOP, run_search_agent
+from advrag.retrieval.summary import Summariser
 
 HAMLET, FRANCE, PYTHON = (
     "Who wrote Hamlet?",
@@ -148,3 +151,69 @@ def test_naive_rag_baseline_batched():
     assert trajs[0].retrieved_ids[0] == "p2"
     assert "Doc 1(Title: Paris)" in trajs[0].segments[0].text
     assert [t.format_errors for t in trajs] == [0, 1]
+
+
+# ---------------------------------------------------------------- UR² summarised retrieval
+
+MATH = "What is 17 times 23?"
+SUMMARY_OUT = "**Final Information**\nHamlet was written by William Shakespeare."
+
+
+def _fallback_summariser() -> Summariser:
+    return Summariser(ScriptedGenerator({"Query: compute": SUMMARY_FALLBACK_MESSAGE}), "fake")
+
+
+def test_fallback_shows_the_message_then_the_hint_and_is_counted():
+    policy = ScriptedGenerator(
+        {
+            "It seems that this query exceeds": "<answer>391</answer>",
+            f"Question: {MATH}": "<search>compute 17 times 23</search>",
+        }
+    )
+    (traj,) = run_search_agent(
+        [MATH], policy, KeywordRetriever(CORPUS), topk=2, summariser=_fallback_summariser()
+    )
+    assert _sources(traj) == ["prompt", "policy", "env", "env", "policy"]
+    assert traj.segments[2].text == information_block(SUMMARY_FALLBACK_MESSAGE)
+    assert traj.segments[3].text == FALLBACK_HINT
+    assert f"</information>\n\n{FALLBACK_HINT}<answer>391</answer>" in traj.text
+    assert (traj.answer, traj.fallbacks, traj.n_searches) == ("391", 1, 1)
+    assert traj.queries == ["compute 17 times 23"]
+    assert traj.retrieved_ids == ["p1", "p2"]  # no word overlaps: corpus order
+
+
+def test_fallback_without_hint_is_still_counted():
+    policy = ScriptedGenerator(
+        {
+            "<information>This query requires": "<answer>391</answer>",
+            f"Question: {MATH}": "<search>compute 17 times 23</search>",
+        }
+    )
+    (traj,) = run_search_agent([MATH], policy, KeywordRetriever(CORPUS),
+                               summariser=_fallback_summariser(), fallback_hint=False)
+    assert _sources(traj) == ["prompt", "policy", "env", "policy"]
+    assert FALLBACK_HINT not in traj.text
+    assert traj.fallbacks == 1
+
+
+def test_summary_and_raw_documents_share_one_summariser_call():
+    policy = ScriptedGenerator(
+        {
+            "<information>Hamlet was written": "<answer>William Shakespeare</answer>",
+            "<information>Doc 1": "<answer>Paris</answer>",
+            f"Question: {HAMLET}": "<search>Hamlet author</search>",
+            f"Question: {FRANCE}": "<search>capital of France</search>",
+        }
+    )
+    summariser_model = ScriptedGenerator({"Query: Hamlet author": SUMMARY_OUT}, default="")
+    summariser = Summariser(summariser_model, "fake")
+    hamlet, france = run_search_agent(
+        [HAMLET, FRANCE], policy, KeywordRetriever(CORPUS), topk=2, summariser=summariser
+    )
+    assert summariser_model.batch_sizes == [2]
+    assert hamlet.segments[2].text == information_block("Hamlet was written by William Shakespeare.")
+    # the empty summary is malformed: the raw top-2 ("capital", "of", "france" → p2 first)
+    assert france.segments[2].text == information_block(format_docs([CORPUS[1], CORPUS[0]]))
+    assert (hamlet.answer, france.answer) == ("William Shakespeare", "Paris")
+    assert (hamlet.fallbacks, france.fallbacks) == (0, 0)
+    assert (summariser.stats.summaries, summariser.stats.raw_fallbacks) == (1, 1)
