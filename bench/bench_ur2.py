@@ -39,7 +39,8 @@ ROOT = Path(".cache/advrag/bench-ur2")
 
 def arm_config(config: UR2Config, name: str, minutes: float, curated: bool) -> UR2Config:
     """One arm: its own checkpoints, a wall-clock budget, no built-in benchmark."""
-    update = {"checkpoint_dir": ROOT / name, "max_train_minutes": minutes, "steps": 10_000,
+    update = {"checkpoint_dir": ROOT / name, "curate": config.curate and config.curate.model_copy(
+              update={"out_dir": ROOT / "curated"}), "max_train_minutes": minutes, "steps": 10_000,
               "checkpoint_every": 10_000, "evaluate": None, "experiment": "advrag-bench-ur2",
               "registered_model": f"advrag-bench-ur2-{name}"}
     if not curated:
@@ -77,21 +78,12 @@ def informative_share(rows: list[dict]) -> float:
 
 
 def curation_signal(config: UR2Config) -> dict:
-    """Informative share over every scored question vs over the curated sample."""
-    from advrag.curation.curate import question_key
-
-    section = config.curate
-    (cache,) = [p for p in section.cache_dir.glob("*.jsonl")
-                if p.stat().st_mtime >= curation_signal.started]
-    by_key = {json.loads(line)["key"]: json.loads(line) for line in cache.read_text().splitlines()}
-    out = {}
+    """Informative share over every scored question, the curated sample and the stage-1 pool."""
+    out_dir = config.curate.out_dir
+    out = {"summary": json.loads((out_dir / "summary.json").read_text())}
     for table in ("scores", "curated", "stage1"):
-        rows = [json.loads(line) for line in (section.out_dir / f"{table}.jsonl").read_text().splitlines()]
-        from advrag.datasets.records import QARecord
-
-        keyed = [by_key[question_key(QARecord.from_json(r))] for r in rows]
-        out[table] = {"n": len(rows), "informative_share": informative_share(keyed)}
-    out["summary"] = json.loads((section.out_dir / "summary.json").read_text())
+        rows = [json.loads(line) for line in (out_dir / f"{table}.jsonl").read_text().splitlines()]
+        out[table] = {"n": len(rows), "informative_share": informative_share(rows)}
     return out
 
 
@@ -168,7 +160,6 @@ def main() -> None:
     base = load_config(args.config, UR2Config)
     curated_cfg = arm_config(base, "curated", args.minutes, curated=True)
     uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False)
-    curation_signal.started = time.time() - 10 * 24 * 3600  # any cache of this policy counts
 
     arms = {"curated": train_arm(curated_cfg, "curated")}
     share_warmup(curated_cfg, uncurated_cfg)

@@ -128,11 +128,13 @@ def curate(records: Sequence[QARecord], scores: Sequence[QuestionScore], *, n: i
            ratio: Mapping[str, float] = RATIO, seed: int = 0) -> dict[str, list[dict]]:
     """The curated rows: ``scores`` (every question), ``curated`` (the sample), ``stage1``.
 
-    Each row is the QA record plus ``level``, ``score``, ``k`` and ``policy``;
-    ``n`` is the sample's size (None: as many as the ratio's levels hold).
+    Each row is the QA record plus ``level``, ``score``, ``k``, ``policy`` and the k
+    per-rollout ``rewards``; ``n`` is the sample's size (None: as many as the ratio's
+    levels hold).
     """
     rows = [{**r.to_json(), "level": difficulty_level(s.score, thresholds), "score": s.score,
-             "k": k, "policy": policy} for r, s in zip(records, scores, strict=True)]
+             "k": k, "policy": policy, "rewards": list(s.rewards)}
+            for r, s in zip(records, scores, strict=True)]
     levels = [row["level"] for row in rows]
     picked = sample_by_difficulty(levels, len(rows) if n is None else n, ratio, seed)
     return {"scores": rows, "curated": [rows[i] for i in picked],

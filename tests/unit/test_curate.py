@@ -98,6 +98,7 @@ def test_curate_levels_sample_and_stage1_pool(tmp_path):
     # 1.0 easy, 0.75 medium, 0.5 medium, 0.25 hard, 0.0 filtered, 1.0 easy
     assert levels == ["easy", "medium", "medium", "hard", None, "easy"]
     assert [r["id"] for r in tables["stage1"]] == ["q4"]
+    assert tables["scores"][1]["rewards"] == [1.0, 1.0, 1.0, 0.0]  # q1: right in 3 of its 4
     assert {r["k"] for r in tables["scores"]} == {4} and {r["policy"] for r in tables["scores"]} == {"abc"}
     # 5 unfiltered: 7:2:1 of 5 → hard 3.5→ only 1 exists; its deficit goes to medium/easy 2:1
     assert sorted(r["id"] for r in tables["curated"]) == ["q0", "q1", "q2", "q3", "q5"]
