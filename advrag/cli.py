@@ -279,6 +279,20 @@ def rl(
     flow(str(config), run_name=run_name or config.stem)
 
 
+@app.command("policy-hash")
+def policy_hash(
+    config: Path = typer.Option(Path("configs/ur2.yaml"), help="A UR² config (its model)."),
+    out: Path = typer.Option(..., help="File to write the sha256 of the model's weights to."),
+) -> None:
+    """Fingerprint the config's policy (the DVC stage `curate` depends on it)."""
+    cfg = load(config, "ur2")
+    from advrag.common.fileio import atomic_write_text
+    from advrag.curation.curate import policy_fingerprint
+    from advrag.models.loading import resolve_model_dir
+
+    atomic_write_text(out, [policy_fingerprint(resolve_model_dir(cfg.model)), "\n"])
+
+
 @app.command()
 def curate(
     config: Path = typer.Option(Path("configs/ur2.yaml"), help="A UR² config (its curate section)."),

@@ -42,6 +42,6 @@ def data_version() -> dict[str, str]:
 
 @task(retries=1)
 def reproduce_stages() -> dict[str, str]:
-    """`dvc repro` (a no-op when nothing changed); returns the data version."""
-    dataplane.reproduce()
+    """`dvc repro` of the data stages (a no-op when nothing changed); returns the data version."""
+    dataplane.reproduce(targets=list(dataplane.DATA_STAGES))
     return dataplane.data_version()

@@ -83,8 +83,13 @@ def raw_data_md5(dvc_file: Path) -> str:
     return outs[0]["md5"]
 
 
+DATA_STAGES = ("chunk", "embed", "index", "bm25")
+"""The data plane's stages; ``dvc.yaml``'s others (``policy-hash``, ``curate``) roll out a
+policy and run only when named (``dvc repro curate``)."""
+
+
 def reproduce(root: Path = Path("."), targets: list[str] | None = None) -> str:
-    """``dvc repro``: rebuild only the stages whose inputs changed."""
+    """``dvc repro`` of ``targets`` (default: every stage): rebuild only what changed."""
     return run_dvc(["repro", "--quiet", *(targets or [])], root)
 
 

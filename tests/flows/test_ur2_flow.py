@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -13,6 +14,8 @@ from advrag.flows.curate import curate_flow
 from advrag.flows.rl import run_recipe
 from advrag.recipes.ur2 import UR2Recipe
 from advrag.tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +75,21 @@ def test_a_second_curation_with_the_same_policy_reuses_every_rollout(
     assert cache.read_text() == written  # nothing rolled out again
     assert second["levels"] == first["levels"] and second["policy_hash"] == first["policy_hash"]
     assert len(written.splitlines()) == 4
+
+
+def test_the_dvc_curate_stage_depends_on_the_policy_fingerprint(tmp_path, tiny_policy_dir):
+    import yaml
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+    from advrag.curation.curate import policy_fingerprint
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    fingerprint_out = next(iter(stages["policy-hash"]["outs"][0]))
+    assert stages["policy-hash"]["always_changed"] and fingerprint_out in stages["curate"]["deps"]
+    config = tmp_path / "ur2.yaml"
+    config.write_text(f"extends: {ROOT / 'configs' / 'ur2.yaml'}\nmodel: {tiny_policy_dir}\n")
+    out = tmp_path / "policy.sha256"
+    result = CliRunner().invoke(app, ["policy-hash", "--config", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == policy_fingerprint(tiny_policy_dir) + "\n"
