@@ -43,7 +43,8 @@ CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe
 
 
 CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
-                "arr": "AdversarialRLConfig", "ur2": "UR2Config", "nightly": "NightlyConfig"}
+                "arr": "AdversarialRLConfig", "ur2": "UR2Config", "gar": "GARConfig",
+                "pipeline": "PipelineConfig", "nightly": "NightlyConfig"}
 
 
 @contextmanager
@@ -309,6 +310,27 @@ def curate(
 
 
 @app.command()
+def pipeline(
+    config: Path = typer.Option(Path("configs/pipeline.yaml"), help="A pipeline config."),
+) -> None:
+    """Flow: data → warm-up → discriminator SFT → joint RL → benchmark → promotion (resumable)."""
+    cfg = load(config, "pipeline")
+    from advrag.recipes import recipe_for
+
+    with config_errors():
+        recipe = recipe_for(cfg.recipe)  # fails here, before Prefect is imported
+    evaluate = recipe.config.evaluate
+    if evaluate is None or cfg.promotion.method not in evaluate.methods:
+        typer.echo(f"error: {cfg.recipe}: evaluate: must run promotion.method "
+                   f"{cfg.promotion.method!r} — the promotion gate compares its per-question EM",
+                   err=True)
+        raise typer.Exit(2)
+    from advrag.flows.pipeline import pipeline as flow
+
+    flow(cfg)
+
+
+@app.command()
 def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
     """The main job: prepare the data, then benchmark all methods with SmolLM2."""
     cfg = load(config, "demo")
@@ -434,14 +456,14 @@ def config_show(
 
 def guess_model(file: Path) -> type:
     """The flow config model a file is for: its ``recipe:``'s, else the one sharing the most
-    top-level keys with it (ties: the first of demo, nightly, benchmark, train, arr)."""
+    top-level keys with it (ties: the first of demo, nightly, pipeline, benchmark, train, arr)."""
     from advrag import config
     from advrag.recipes import RECIPES
 
     raw = config.read_yaml_mapping(file, chain=())
     if str(raw.get("recipe")) in RECIPES:
         return RECIPES[str(raw["recipe"])][1]
-    models = [config_model(kind) for kind in ("demo", "nightly", "benchmark", "train", "arr")]
+    models = [config_model(kind) for kind in ("demo", "nightly", "pipeline", "benchmark", "train", "arr")]
     return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 
 

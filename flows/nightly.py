@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from prefect import flow
 
-from advrag.config import NightlyConfig, TrainFlowConfig, config_hash, load_config
+from advrag.config import (
+    BenchmarkConfig,
+    NightlyConfig,
+    PromotionSection,
+    TrainFlowConfig,
+    config_hash,
+    load_config,
+)
 from advrag.flows.benchmark import benchmark
 from advrag.flows.rl import benchmark_tags
 from advrag.flows.train import train
@@ -44,15 +51,23 @@ def promote(config: NightlyConfig | str = DEFAULT_CONFIG, version: str | None = 
     questions (benchmarked anew when needed) → decision → aliases and tags."""
     config = as_config(config)
     tracking.configure()
-    name, method = config.train.registered_model, config.promotion.method
+    return promotion_gate(config.train.registered_model, config.train.evaluate, config.promotion,
+                          version, force)
+
+
+def promotion_gate(name: str, evaluate: BenchmarkConfig, settings: PromotionSection,
+                   version: str | None = None, force: bool = False) -> dict:
+    """Judge version ``version`` of ``name`` against its champion on the same questions
+    (benchmarking the champion with ``evaluate`` when needed); set aliases and tags."""
+    method = settings.method
     candidate = promo.candidate_evidence(name, version, method)
     champion = promo.champion_evidence(name, method)
     if promo.needs_rebenchmark(candidate, champion):
         spec = f"models:/{name}/{champion.version}"
-        run = benchmark(config.train.evaluate.model_copy(update={"model": spec}),
+        run = benchmark(evaluate.model_copy(update={"model": spec}),
                         run_name=f"champion-v{champion.version}")
         champion = promo.rescored(champion, run["run_id"], method)
-    decision = promo.judge(candidate, champion, config.promotion, force)
+    decision = promo.judge(candidate, champion, settings, force)
     tags = promo.apply_decision(name, candidate.version, decision)
     print(f"{name} v{candidate.version}: {decision.alias} — {decision.reason}")
     return {"version": candidate.version, "alias": decision.alias, **tags}

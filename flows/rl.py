@@ -26,15 +26,17 @@ def rl_flow(config: str, run_name: str | None = None) -> dict:
     return run_recipe(recipe, "rl", run_name or recipe.name)
 
 
-def run_recipe(recipe: Recipe, flow_name: str, run_name: str) -> dict:
-    """Run ``recipe`` end to end in one MLflow run; returns the run, models and benchmarks."""
+def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None = None) -> dict:
+    """Run ``recipe`` end to end in one MLflow run (nested under ``parent`` if given);
+    returns the run, models and benchmarks."""
     config = recipe.config
     tracking.configure()
     version = data.data_version()
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": flow_name, "recipe": recipe.name,
             "model": config.model}
-    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
+    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
+                              parent=parent) as run_id:
         retriever, records = rl.training_data(config)
         start_model = warm_start(recipe, run_id, retriever, records)
         curate_with(recipe, start_model, run_id)

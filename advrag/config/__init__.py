@@ -14,8 +14,10 @@ from advrag.config.flows import (
     CurateSection,
     DataConfig,
     DemoConfig,
+    GARConfig,
     Method,
     NightlyConfig,
+    PipelineConfig,
     PromotionSection,
     RLRunConfig,
     SummaryConfig,
@@ -33,8 +35,8 @@ from advrag.config.loading import (
 )
 
 __all__ = [
-    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
-    "LoraSettings", "Method", "NightlyConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
+    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig", "GARConfig",
+    "LoraSettings", "Method", "NightlyConfig", "PipelineConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
     "SFTConfig", "Strict", "SummaryConfig", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
 ]

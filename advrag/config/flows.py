@@ -180,7 +180,7 @@ class RLRunConfig(Strict):
     RUN_CONTROL: ClassVar[frozenset[str]] = frozenset({
         "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
         "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
-        "world_dir", "index_dir", "rollout_backend"})
+        "world_dir", "index_dir", "rollout_backend", "registered_discriminator"})
 
     lora: LoraSettings | None = Field(
         default_factory=lambda: LoraSettings(r=16, alpha=32),
@@ -309,6 +309,76 @@ class UR2Config(TrainFlowConfig):
     experiment: str = Field("advrag-ur2", min_length=1, description="MLflow experiment name.")
 
 
+class GARConfig(RLRunConfig):
+    """`advrag rl` with ``recipe: gar``: a reasoner and a slice discriminator trained jointly (GAR §3).
+
+    Two LoRA adapters on one base. Each update slices the reasoner's rollouts,
+    mixes in as many reference slices from grounded demonstrations, lets the
+    discriminator judge every slice, and updates the reasoner with
+    λ1·R_m + λ2·R_s and (``discriminator: trainable``) the discriminator with
+    λ3·R_d + λ4·R_a, both by GRPO. The paper's λ are the defaults.
+    """
+
+    recipe: Literal["gar"] = Field("gar", description="Training recipe: GAR (reasoner ⇄ "
+                                   "discriminator).")
+    model: str = Field("smollm2", min_length=1, description="Starting policy (same specs as "
+                       "benchmark); both adapters sit on it.")
+    optim: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(lr=5e-5, group_size=4, micro_batch_size=4,
+                                            max_seq_len=1024, kl_coef=0.0),
+        description="The reasoner's optimiser and GRPO settings (group_size = rollouts per question).",
+    )
+    discriminator_optim: Annotated[dict[str, Any], OverridesOf(TrainConfig)] = Field(
+        default_factory=dict, description="Optimiser settings (as in optim) that differ for the "
+        "discriminator; checked against optim's fields when the config is loaded.",
+    )
+    warmup: WarmupSection | None = Field(
+        default_factory=WarmupSection,
+        description="SFT warm-up of the reasoner on grounded Search-R1 demonstrations (merged "
+        "into the base both adapters sit on); null skips it.",
+    )
+    discriminator: Literal["none", "fixed", "trainable"] = Field(
+        "trainable", description="Table 4's rows: 'none' = R_m only, no discriminator; 'fixed' = "
+        "the SFT discriminator scores but never learns; 'trainable' = joint adversarial RL.",
+    )
+    discriminator_adapter: Path | None = Field(
+        None, description="The SFT discriminator's adapter (`advrag discriminator-sft`); null = a "
+        "fresh adapter (an untrained judge).",
+    )
+    lam1: float = Field(1.0, ge=0, description="λ1: weight of the answer reward R_m.")
+    lam2: float = Field(1.0, ge=0, description="λ2: weight of the slice reward R_s.")
+    lam3: float = Field(1.0, ge=0, description="λ3: weight of the GAN term R_d (0 = 'R_a only').")
+    lam4: float = Field(0.5, ge=0, description="λ4: weight of the alignment term R_a (0 = 'R_d only').")
+    max_slice_tokens: int = Field(320, ge=8, description="GAR's L: most tokens per slice.")
+    max_judge_tokens: int = Field(128, ge=8, description="GAR's K: most tokens per judgment.")
+    malformed_penalty: float = Field(1.0, ge=0, description="Subtracted from a judgment with no "
+                                     "readable verdict (its slice then scores 0.5).")
+    reward_metric: Literal["em", "f1"] = Field("em", description="R_m: EM (paper) or F1 of the answer.")
+    steps: int = Field(8, ge=1, description="Joint updates to run (in total, across resumes).")
+    max_turns: int = Field(2, ge=1, description="Search turns per rollout.")
+    topk: int = Field(3, ge=1, description="Passages per search.")
+    checkpoint_every: int = Field(4, ge=1, description="Save every N updates.")
+    checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/gar"),
+                                 description="Checkpoints (one subdir per trained agent); reruns resume.")
+    experiment: str = Field("advrag-gar", min_length=1, description="MLflow experiment name.")
+    registered_reasoner: str = Field("advrag-gar-reasoner", min_length=1,
+                                     description="Registry name (reasoner).")
+    registered_discriminator: str = Field("advrag-gar-discriminator", min_length=1,
+                                          description="Registry name (trained discriminator).")
+    evaluate: BenchmarkConfig | None = Field(
+        default_factory=lambda: BenchmarkConfig(methods=["search_r1"], limit=32),
+        description="Benchmark of the untrained and trained reasoner on held-out data; null skips it.",
+    )
+
+    @model_validator(mode="after")
+    def _adapters_need_lora(self) -> GARConfig:
+        """Both agents are LoRA adapters on one base."""
+        if self.lora is None:
+            raise ValueError("lora: GAR keeps the reasoner and the discriminator as two LoRA "
+                             "adapters on one base — give lora settings")
+        return self
+
+
 class AdversarialRLConfig(RLRunConfig):
     """`advrag adversarial-rl`: ARR, joint GRPO of a Reasoner and a Verifier (ARR §4.2).
 
@@ -428,6 +498,25 @@ class PromotionSection(Strict):
     n_boot: int = Field(2000, ge=100, description="Paired-bootstrap resamples.")
     seed: int = Field(0, ge=0, lt=2**32,
                       description="Bootstrap seed (the same evidence gives the same decision).")
+
+
+class PipelineConfig(Strict):
+    """`advrag pipeline`: data → warm-up → curation → discriminator SFT → joint RL → benchmark →
+    promotion gate, each stage a subflow with its own MLflow run nested under the pipeline's."""
+
+    data: DataConfig = Field(default_factory=DataConfig, description="World, gate and DVC stages.")
+    recipe: Path = Field(Path("configs/gar.yaml"), description="The RL recipe's config file (its "
+                         "`recipe:` — gar, arr, ur2, grpo — picks the method).")
+    discriminator: Path | None = Field(
+        Path("configs/discriminator.yaml"), description="The discriminator SFT config (GAR "
+        "recipes with a discriminator); its base becomes the reasoner's start model.",
+    )
+    promotion: PromotionSection = Field(default_factory=PromotionSection,
+                                        description="The registry promotion gate of the reasoner.")
+    experiment: str = Field("advrag-pipeline", min_length=1, description="MLflow experiment of "
+                            "the pipeline run and its stages' runs.")
+    cache_dir: Path = Field(Path(".cache/advrag/pipeline"), description="Finished stages, by "
+                            "the hash of their inputs: a rerun skips them, a killed run resumes.")
 
 
 class NightlyConfig(Strict):

@@ -151,3 +151,46 @@ def difficulty_histogram(scores: list[float], thresholds: dict[str, float],
                  f"{thresholds['hard']})")
     fig.tight_layout()
     return fig
+
+
+def gar_curves(history: list[dict[str, float]]):
+    """GAR per update: the reasoner's reward and answer score; the judge's scores and accuracy."""
+    plt = _pyplot()
+    steps = [h["step"] for h in history]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for key, label in (("reasoner/reward_mean", "reasoner reward"),
+                       ("reasoner/answer_score", "answer score R_m")):
+        left.plot(steps, [h[key] for h in history], marker="o", label=label)
+    for key, label in (("discriminator/score_reference", "P(yes) reference slices"),
+                       ("discriminator/score_generated", "P(yes) generated slices"),
+                       ("discriminator/accuracy", "accuracy (balanced)")):
+        if all(key in h for h in history):
+            right.plot(steps, [h[key] for h in history], marker="o", label=label)
+    for ax in (left, right):
+        ax.set_xlabel("update")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
+    """The pipeline's result: the reasoner per stage on held-out questions, the judge, the decision.
+
+    ``trained``: the RL stage's result (``base``/``warmup``/``trained`` → ``method/dataset`` →
+    summary); ``judge``: the discriminator SFT's result (its held-out ``metrics``) or None;
+    ``decision``: the promotion gate's alias and tags.
+    """
+    lines = ["| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | searches |",
+             "|---|---|---|---|---|---|"]
+    for stage in ("base", "warmup", "trained"):
+        for key, s in trained.get(stage, {}).items():
+            lines.append(f"| {stage} ({key}) | {s['n']:.0f} | {s['em']:.3f} [{s['em_lo']:.3f}, "
+                         f"{s['em_hi']:.3f}] | {s['f1']:.3f} [{s['f1_lo']:.3f}, {s['f1_hi']:.3f}] "
+                         f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} |")
+    if judge is not None:
+        m = judge["metrics"]
+        lines += ["", f"Discriminator on its held-out slices: accuracy {m['accuracy']:.3f}, "
+                  f"F1 {m['f1']:.3f}, AUROC {m['auroc']:.3f} ({m.get('n', '?')} slices)."]
+    lines += ["", f"Registry: v{decision['version']} → {decision['alias']} — "
+              f"{decision.get('promotion.reason', '')}"]
+    return "\n".join(lines)

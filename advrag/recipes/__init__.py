@@ -8,6 +8,7 @@ from pathlib import Path
 from advrag.config import (
     AdversarialRLConfig,
     ConfigError,
+    GARConfig,
     TrainFlowConfig,
     UR2Config,
     load_config,
@@ -15,6 +16,7 @@ from advrag.config import (
 )
 from advrag.recipes.arr import ArrRecipe
 from advrag.recipes.base import Recipe
+from advrag.recipes.gar import GarRecipe
 from advrag.recipes.grpo import GrpoRecipe
 from advrag.recipes.ur2 import UR2Recipe
 
@@ -22,6 +24,7 @@ RECIPES: dict[str, tuple[type[Recipe], type]] = {
     "grpo": (GrpoRecipe, TrainFlowConfig),
     "arr": (ArrRecipe, AdversarialRLConfig),
     "ur2": (UR2Recipe, UR2Config),
+    "gar": (GarRecipe, GARConfig),
 }
 
 

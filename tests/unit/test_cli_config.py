@@ -122,9 +122,9 @@ def test_config_show_takes_the_kind_and_refuses_an_unknown_one(tmp_path):
     result = CliRunner().invoke(app, ["config", "show", str(tmp_path / "c.yaml"), "--kind", "train"])
     assert result.exit_code == 0 and " as TrainFlowConfig; " in result.stdout
     result = CliRunner().invoke(app, ["config", "show", str(ROOT / "configs/train.yaml"),
-                                      "--kind", "ar"])
+                                      "--kind", "nightli"])
     assert result.exit_code == 2
-    assert result.stderr == "error: --kind: unknown kind 'ar' — did you mean 'arr'?\n"
+    assert result.stderr == "error: --kind: unknown kind 'nightli' — did you mean 'nightly'?\n"
 
 
 def test_config_show_of_a_bad_file_exits_2_with_the_message(tmp_path):

@@ -12,7 +12,9 @@ from advrag.config import (
     BenchmarkConfig,
     ConfigError,
     DemoConfig,
+    GARConfig,
     NightlyConfig,
+    PipelineConfig,
     Strict,
     TrainFlowConfig,
     UR2Config,
@@ -26,7 +28,10 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": A
            "nightly.yaml": NightlyConfig, "nightly-tiny.yaml": NightlyConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml"],
-                           UR2Config)}
+                           UR2Config),
+           **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
+                            "gar-ra-only.yaml", "gar-demo.yaml"], GARConfig),
+           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml"], PipelineConfig)}
 
 
 def config_models() -> list[type[Strict]]:

@@ -1,0 +1,180 @@
+"""One GAR training step (GAR §3) on two LoRA adapters: rollout → slice → judge → score → update × 2.
+
+1. rollout: ``group_size`` Search-R1 trajectories per question (the reasoner's adapter);
+2. slice: each trajectory's own reasoning (``<think>`` text, never documents) cut into
+   slices of at most L tokens (``curation.slicing``); as many reference slices are
+   drawn from grounded demonstrations (each judged with its own question);
+3. judge: the discriminator writes analysis → verdict → rationale (≤ K tokens) for
+   every slice; its score is P(yes) at the verdict token (``verdicts``); a judgment
+   without a readable verdict scores 0.5 and costs ``malformed_penalty``;
+4. score: reasoner reward λ1·R_m + λ2·mean(its slices' scores)
+   (``core.gar_rewards.reasoner_reward``); each judgment's reward is its slice's
+   share of λ3·R_d + λ4·R_a: λ3·log p for a reference slice, and
+   λ3·log(1 − p) + λ4·(1 − |p − 1[correct]|) for a generated one (correct: the
+   rollout's answer scores 1 under ``reward_metric``);
+5. update: GRPO for the reasoner (groups: a question's rollouts) and, when
+   trainable, for the discriminator (groups: all judgments of one question's
+   slices, reference ones included).
+
+How this departs from the paper: R_d and R_a are batch means in the paper; with
+equal numbers of reference and generated slices, giving each judgment its own
+slice's term makes the batch's mean judgment reward exactly λ3·R_d/2 + λ4·R_a/2
+per slice, so GRPO credits the judgments that earned it. One judgment per slice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from advrag.agents.types import TextGenerator, Trajectory
+from advrag.config import GARConfig
+from advrag.core.gar_rewards import alignment_reward, discriminator_reward, reasoner_reward
+from advrag.core.rewards import ANSWER_METRICS
+from advrag.curation.gar_labels import discriminator_prompt
+from advrag.curation.slicing import reasoning_text, slice_reasoning
+from advrag.datasets.records import QARecord
+from advrag.engines.local.steps import push_updated_weights, rollout, rollout_metrics
+from advrag.engines.local.trainer import LocalTrainer
+from advrag.retrieval.base import Retriever
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One slice to judge: its text, the question, and where it came from."""
+
+    question_id: str
+    question: str
+    text: str
+    trajectory: int | None  # index of the generating rollout; None for a reference slice
+
+
+def generated_slices(trajectories: Sequence[Trajectory], records: Sequence[QARecord],
+                     count_tokens: Callable[[str], int], max_tokens: int) -> list[Slice]:
+    """Every rollout's reasoning slices, in rollout order."""
+    return [Slice(r.id, r.question, text, i)
+            for i, (t, r) in enumerate(zip(trajectories, records, strict=True))
+            for text in slice_reasoning(reasoning_text(t), count_tokens, max_tokens)]
+
+
+def reference_slices(pool: Sequence[Slice], n: int, seed: int) -> list[Slice]:
+    """``n`` reference slices drawn without replacement (cycling when the pool is short)."""
+    if not pool:
+        return []
+    rng = random.Random(seed)
+    out: list[Slice] = []
+    while len(out) < n:
+        out += rng.sample(list(pool), min(n - len(out), len(pool)))
+    return out
+
+
+def judge(generator: TextGenerator, scorer: Callable, slices: Sequence[Slice],
+          max_tokens: int) -> tuple[list[Trajectory], list[float | None]]:
+    """The discriminator's judgment of every slice, as trajectories, and P(yes) of each."""
+    prompts = [generator.chat_prompt(discriminator_prompt(s.question, s.text)) for s in slices]
+    outputs = generator.generate(prompts, max_new_tokens=max_tokens) if prompts else []
+    judgments = []
+    for prompt, output in zip(prompts, outputs, strict=True):
+        t = Trajectory(n_turns=1)
+        t.add(prompt, "prompt")
+        t.add(output, "policy")
+        judgments.append(t)
+    return judgments, scorer(prompts, outputs) if prompts else []
+
+
+def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
+                     correct: Sequence[bool], config: GARConfig) -> list[float]:
+    """Each judgment's share of λ3·R_d + λ4·R_a (module docstring); malformed ones penalised."""
+    rewards = []
+    for s, p in zip(slices, probs, strict=True):
+        score = 0.5 if p is None else p
+        if s.trajectory is None:
+            reward = config.lam3 * discriminator_reward([score], [])
+        else:
+            reward = (config.lam3 * discriminator_reward([], [score])
+                      + config.lam4 * alignment_reward([score], correct[s.trajectory]))
+        rewards.append(reward - (config.malformed_penalty if p is None else 0.0))
+    return rewards
+
+
+def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
+             retriever: Retriever, records: Sequence[QARecord], config: GARConfig, *,
+             references: Sequence[Slice], scorer: Callable | None, count_tokens: Callable,
+             step: int) -> dict[str, float]:
+    """One joint update (module docstring); the step's metrics."""
+    started = time.perf_counter()
+    reasoner = trainers["reasoner"]
+    reasoner.policy.model.eval()
+    trajectories, repeated = rollout(
+        records, generators["reasoner"], retriever, group_size=reasoner.config.group_size,
+        rollout_kwargs={"max_turns": config.max_turns, "topk": config.topk,
+                        "max_new_tokens": config.max_new_tokens})
+    metric = ANSWER_METRICS[config.reward_metric]
+    answer_scores = [metric(t.answer, r.golden_answers) if t.answer else 0.0
+                     for t, r in zip(trajectories, repeated)]
+    rolled = time.perf_counter()
+    metrics: dict[str, float] = {"time/rollout_s": rolled - started}
+    slice_scores: list[list[float]] = [[] for _ in trajectories]
+    if scorer is not None:
+        slice_scores = _judge_and_train_discriminator(
+            trainers, generators, trajectories, repeated, answer_scores, config, references,
+            scorer, count_tokens, step, metrics)
+    rewards = torch.tensor([reasoner_reward(m, s, config.lam1, config.lam2)
+                            for m, s in zip(answer_scores, slice_scores)])
+    judged = time.perf_counter()
+    group_ids = [r.id for r in repeated]
+    update = reasoner.update(trajectories, rewards, group_ids).metrics
+    push_updated_weights(generators["reasoner"], reasoner)
+    reasoner_metrics = rollout_metrics(trajectories, rewards, group_ids) | update | {
+        "answer_score": sum(answer_scores) / len(answer_scores)}
+    metrics |= {f"reasoner/{k}": v for k, v in reasoner_metrics.items()}
+    metrics |= {"time/judge_s": judged - rolled, "time/update_s": time.perf_counter() - judged,
+                "time/step_s": time.perf_counter() - started}
+    return metrics
+
+
+def _judge_and_train_discriminator(trainers, generators, trajectories, repeated, answer_scores,
+                                   config: GARConfig, references, scorer, count_tokens, step,
+                                   metrics: dict[str, float]) -> list[list[float]]:
+    """Slice, judge, reward and (when trainable) update the discriminator; each rollout's slice scores."""
+    generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens)
+    slices = generated + reference_slices(references, len(generated), seed=step)
+    judgments, probs = judge(generators["discriminator"], scorer, slices, config.max_judge_tokens)
+    correct = [m >= 1.0 for m in answer_scores]
+    per_rollout: list[list[float]] = [[] for _ in trajectories]
+    for s, p in zip(slices, probs):
+        if s.trajectory is not None:
+            per_rollout[s.trajectory].append(0.5 if p is None else p)
+    rewards = judgment_rewards(slices, probs, correct, config)
+    metrics |= discriminator_metrics(slices, probs, rewards)
+    if "discriminator" in trainers and slices:
+        trainer = trainers["discriminator"]
+        result = trainer.update(judgments, torch.tensor(rewards), [s.question_id for s in slices])
+        push_updated_weights(generators["discriminator"], trainer)
+        metrics |= {f"discriminator/{k}": v for k, v in result.metrics.items()}
+    return per_rollout
+
+
+def discriminator_metrics(slices: Sequence[Slice], probs: Sequence[float | None],
+                          rewards: Sequence[float]) -> dict[str, float]:
+    """Slice counts, mean scores of both kinds, accuracy on the balanced set, malformed share."""
+    n = max(len(slices), 1)
+    scored = [(s.trajectory is None, p) for s, p in zip(slices, probs) if p is not None]
+    return {
+        "slices/generated": float(sum(s.trajectory is not None for s in slices)),
+        "slices/reference": float(sum(s.trajectory is None for s in slices)),
+        "discriminator/score_reference": mean([p for ref, p in scored if ref]),
+        "discriminator/score_generated": mean([p for ref, p in scored if not ref]),
+        "discriminator/accuracy": mean([float((p > 0.5) == ref) for ref, p in scored]),
+        "discriminator/malformed": sum(p is None for p in probs) / n,
+        "discriminator/reward_mean": mean(list(rewards)),
+    }
+
+
+def mean(values: Sequence[float]) -> float:
+    """The mean, 0 for no values."""
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,118 @@
+"""Recipe ``gar``: a Search-R1 reasoner and a slice discriminator trained jointly (GAR §3).
+
+Both are LoRA adapters on one base (the warm-up model when there is one). The
+discriminator starts from its SFT adapter (``discriminator_adapter``, made by
+the ``discriminator_sft`` flow) or fresh. One update is ``engines.local.gar_step``:
+rollouts are sliced, mixed with as many reference slices from grounded
+demonstrations of the same questions, judged, and both agents updated by GRPO.
+Table 4's rows are configs: ``discriminator: none`` (R_m only), ``fixed`` (the
+SFT judge never learns), ``trainable`` with ``lam4: 0`` (R_d only), ``lam3: 0``
+(R_a only), or both (the default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from advrag.agents.types import Trajectory
+from advrag.config import GARConfig, TrainConfig
+from advrag.datasets.records import QARecord
+from advrag.recipes.base import Recipe
+from advrag.retrieval.base import Retriever
+
+
+class GarRecipe(Recipe):
+    """Reasoner ⇄ slice discriminator; the discriminator is an agent only when it trains."""
+
+    name = "gar"
+    config: GARConfig
+
+    def __init__(self, config: GARConfig):
+        super().__init__(config)
+        self.agents = (("reasoner", "discriminator") if config.discriminator == "trainable"
+                       else ("reasoner",))
+        self.references: dict[str, list] = {}  # question id → its demonstration's slices
+        self.scorer = None
+        self.count_tokens = None
+
+    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
+                       chat_prompt) -> list[Trajectory]:
+        """The reasoner's warm-up: grounded Search-R1 demonstrations (as ``grpo``)."""
+        from advrag.curation.demonstrations import build_demonstrations
+
+        c = self.config
+        return build_demonstrations(records, retriever, chat_prompt, topk=c.topk,
+                                    max_turns=c.max_turns, limit=c.warmup.demonstrations)
+
+    def build(self, start_model: str) -> None:
+        """Adapters on one base (the SFT discriminator loaded), trainers, samplers, the scorer."""
+        from advrag.engines.local import dual as d
+        from advrag.engines.local.trainer import seed_everything
+        from advrag.engines.local.verdicts import verdict_probabilities
+        from advrag.models.loading import load_policy
+
+        c = self.config
+        if c.discriminator == "fixed" and c.discriminator_adapter is None:
+            raise ValueError("discriminator: fixed needs discriminator_adapter (the SFT judge): run "
+                             "`advrag discriminator-sft` and name its adapter, or run the pipeline")
+        seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
+        loaded = load_policy(start_model, dtype="float32")
+        names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
+        policies = d.shared_lora_policies(loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16)
+        if c.discriminator_adapter is not None and "discriminator" in policies:
+            policies["discriminator"].load_weights(c.discriminator_adapter)
+        tokenizers = dict.fromkeys(names, loaded.tokenizer)
+        configs = {"reasoner": c.optim, "discriminator": TrainConfig.model_validate(
+            c.optim.model_dump() | c.discriminator_optim)}
+        self.trainers = d.AgentTrainers.build({a: policies[a] for a in self.agents}, tokenizers,
+                                              configs)
+        self.generators = d.agent_generators(policies, tokenizers, temperature=c.temperature)
+        if "discriminator" in policies:
+            self.scorer = partial(verdict_probabilities, policies["discriminator"], loaded.tokenizer)
+        self.count_tokens = lambda text: len(loaded.tokenizer(text, add_special_tokens=False)
+                                             .input_ids)
+
+    def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
+        """One joint update on ``records`` (``engines.local.gar_step``)."""
+        from advrag.engines.local.gar_step import gar_step
+
+        pool = [s for r in records for s in self.reference_slices(r, retriever)]
+        return gar_step(self.trainers, self.generators, retriever, records, self.config,
+                        references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
+                        step=self.trainers.step)
+
+    def reference_slices(self, record: QARecord, retriever: Retriever) -> list:
+        """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""
+        from advrag.curation.demonstrations import build_demonstrations
+        from advrag.curation.slicing import reasoning_text, slice_reasoning
+        from advrag.engines.local.gar_step import Slice
+
+        if record.id not in self.references:
+            c, chat = self.config, self.generators["reasoner"].chat_prompt
+            demos = build_demonstrations([record], retriever, chat, topk=c.topk,
+                                         max_turns=c.max_turns)
+            self.references[record.id] = [
+                Slice(record.id, record.question, text, None) for demo in demos
+                for text in slice_reasoning(reasoning_text(demo), self.count_tokens,
+                                            c.max_slice_tokens)]
+        return self.references[record.id]
+
+    def describe(self, metrics: dict[str, float]) -> str:
+        """Reasoner reward, discriminator accuracy and the update's seconds."""
+        accuracy = metrics.get("discriminator/accuracy")
+        judged = "" if accuracy is None else f", discriminator accuracy {accuracy:.2f}"
+        return (f"reasoner reward {metrics['reasoner/reward_mean']:.3f}{judged}, "
+                f"{metrics['time/step_s']:.0f} s")
+
+    def registry_names(self) -> dict[str, str]:
+        """Agent → registered model name (the discriminator only when it was trained)."""
+        names = {"reasoner": self.config.registered_reasoner,
+                 "discriminator": self.config.registered_discriminator}
+        return {agent: names[agent] for agent in self.agents}
+
+    def figures(self, history: list[dict[str, float]]) -> dict:
+        """The reasoner's reward and answer score; the discriminator's scores and accuracy."""
+        from advrag.evaluation.reports import gar_curves
+
+        return {"gar_curves.png": gar_curves(history)}

@@ -1,0 +1,44 @@
+"""Prefect tasks of the pipeline: remember finished stages by the hash of their inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from advrag.common.fileio import atomic_write_text
+
+
+def stage_key(*inputs: Any) -> str:
+    """Hash of a stage's inputs (settings, upstream versions), 16 hex digits."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@task(cache_policy=NO_CACHE)
+def fingerprint_of(model: str) -> str:
+    """sha256 of a model's weights (spec or directory): what a later stage's cache key needs."""
+    from advrag.curation.curate import policy_fingerprint
+    from advrag.models.loading import resolve_model_dir
+
+    return policy_fingerprint(resolve_model_dir(model))
+
+
+def _marker(cache_dir: Path, name: str, key: str) -> Path:
+    return Path(cache_dir) / f"{name}-{key}.json"
+
+
+@task(cache_policy=NO_CACHE)
+def finished_stage(cache_dir: Path, name: str, key: str) -> dict | None:
+    """The result a stage recorded for these inputs, or None when it must run."""
+    marker = _marker(cache_dir, name, key)
+    return json.loads(marker.read_text()) if marker.is_file() else None
+
+
+@task(cache_policy=NO_CACHE)
+def record_stage(cache_dir: Path, name: str, key: str, result: dict) -> None:
+    """Remember a finished stage (written atomically, after the stage's own outputs)."""
+    atomic_write_text(_marker(cache_dir, name, key), [json.dumps(result, default=str, indent=1)])
