@@ -168,7 +168,8 @@ def gar_curves(history: list[dict[str, float]]):
             right.plot(steps, [h[key] for h in history], marker="o", label=label)
     for ax in (left, right):
         ax.set_xlabel("update")
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
