@@ -40,7 +40,7 @@ ROOT = Path(".cache/advrag/bench-ur2")
 def arm_config(config: UR2Config, name: str, minutes: float, curated: bool) -> UR2Config:
     """One arm: its own checkpoints, a wall-clock budget, no built-in benchmark."""
     update = {"checkpoint_dir": ROOT / name, "curate": config.curate and config.curate.model_copy(
-              update={"out_dir": ROOT / "curated"}), "max_train_minutes": minutes, "steps": 10_000,
+              update={"out_dir": ROOT / "curation"}), "max_train_minutes": minutes, "steps": 10_000,
               "checkpoint_every": 10_000, "evaluate": None, "experiment": "advrag-bench-ur2",
               "registered_model": f"advrag-bench-ur2-{name}"}
     if not curated:
