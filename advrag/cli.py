@@ -44,7 +44,8 @@ CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe
 
 CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
                 "arr": "AdversarialRLConfig", "ur2": "UR2Config", "gar": "GARConfig",
-                "pipeline": "PipelineConfig", "nightly": "NightlyConfig"}
+                "pipeline": "PipelineConfig", "nightly": "NightlyConfig",
+                "discriminator": "DiscriminatorSFTConfig"}
 
 
 @contextmanager
@@ -309,6 +310,18 @@ def curate(
     curate_flow(cfg, policy=policy)
 
 
+@app.command("discriminator-sft")
+def discriminator_sft(
+    config: Path = typer.Option(Path("configs/discriminator.yaml"), help="A discriminator SFT config."),
+    base: str | None = typer.Option(None, help="Base model of the adapter (default: the config's model)."),
+) -> None:
+    """Flow: GAR's discriminator SFT — judge-labelled slices (1:1), LoRA SFT, held-out scores, register."""
+    cfg = load(config, "discriminator")
+    from advrag.flows.discriminator_sft import discriminator_sft as flow
+
+    flow(cfg, base=base)
+
+
 @app.command()
 def pipeline(
     config: Path = typer.Option(Path("configs/pipeline.yaml"), help="A pipeline config."),
@@ -463,7 +476,8 @@ def guess_model(file: Path) -> type:
     raw = config.read_yaml_mapping(file, chain=())
     if str(raw.get("recipe")) in RECIPES:
         return RECIPES[str(raw["recipe"])][1]
-    models = [config_model(kind) for kind in ("demo", "nightly", "pipeline", "benchmark", "train", "arr")]
+    models = [config_model(kind) for kind in ("demo", "nightly", "pipeline", "benchmark", "train", "arr",
+                                              "discriminator")]
     return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 
 

@@ -26,6 +26,7 @@ from advrag.config.flows import (
     WarmupSection,
     WorldSection,
 )
+from advrag.config.gar import DiscriminatorSFTConfig
 from advrag.config.loading import (
     ConfigError,
     did_you_mean,
@@ -35,7 +36,8 @@ from advrag.config.loading import (
 )
 
 __all__ = [
-    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig", "GARConfig",
+    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
+    "DiscriminatorSFTConfig", "GARConfig",
     "LoraSettings", "Method", "NightlyConfig", "PipelineConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
     "SFTConfig", "Strict", "SummaryConfig", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",

@@ -17,7 +17,12 @@ Rules (the ``rule`` names in a report):
 - for UR²'s curated sets, the QA rules plus ``bad_level``, ``bad_score``
   (outside [0, 1]), ``leaked_id`` and ``leaked_question`` (a dev/test question by
   id or by normalised text) and ``ratio:<level>`` (a level's share of the sample
-  off the share its sampler was asked for by more than the tolerance) -- GX.
+  off the share its sampler was asked for by more than the tolerance) -- GX;
+- for GAR's discriminator slice sets, ``missing_field:<name>``, ``duplicate_id``,
+  ``bad_sound`` (not a JSON boolean), ``empty_slice``, ``empty_analysis``,
+  ``empty_rationale``, ``bad_source``, ``bad_split``, ``balance`` (the share of
+  sound slices off 1/2 by more than the tolerance), ``leaked_id`` and
+  ``leaked_question`` (a dev/test question by id or normalised text) -- GX.
 
 Great Expectations is imported inside functions: the import takes seconds.
 """
@@ -345,6 +350,87 @@ def _curated_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
         frame[f"is_{level}"] = [float(obj.get("level") == level) for obj in objs]
     return frame
 
+
+
+_SLICE_FIELDS = ("question_id", "question", "slice", "sound", "analysis", "rationale", "source",
+                 "split")
+
+
+def validate_slice_file(path: str | os.PathLike[str], heldout_questions: Iterable[dict[str, Any]],
+                        *, tolerance: float = 0.05) -> GateReport:
+    """Check a GAR discriminator slice set (``curation.gar_data`` rows) against the slice rules.
+
+    ``heldout_questions``: the world's dev/test records, which no slice's question
+    may repeat (by id, or by SQuAD-normalised text); ``tolerance``: how far the
+    share of sound slices may stray from 1/2.
+    """
+    from advrag.core.metrics import normalize_answer
+
+    held = list(heldout_questions)
+    rules = _ID_RULES + _slice_rules({str(r["id"]) for r in held},
+                                     {normalize_answer(r["question"]) for r in held}, tolerance)
+    return _validate(path, "slices", "GAR slices", rules, _slice_frame)
+
+
+def _slice_rules(held_ids: set[str], held_questions: set[str],
+                 tolerance: float) -> tuple[_Rule, ...]:
+    """The slice set's own rules, built for one held-out set and one tolerance."""
+    from advrag.curation.gar_data import SOURCES, SPLITS
+
+    missing: list[_Rule] = [
+        (f"missing_field:{name}", "ExpectColumnValuesToNotBeNull", {"column": name}, "id",
+         f"every slice row needs its '{name}'; rebuild the set with gar_data.build_slice_set")
+        for name in _SLICE_FIELDS]
+    text: list[_Rule] = [
+        (f"empty_{name}", "ExpectColumnValuesToBeBetween",
+         {"column": f"{name}_chars", "min_value": 1}, name,
+         f"'{name}' must be a non-blank string; drop the row or relabel the slice")
+        for name in ("slice", "analysis", "rationale")]
+    return tuple(missing + text + [
+        ("bad_sound", "ExpectColumnValuesToBeBetween",
+         {"column": "sound_is_bool", "min_value": 1}, "sound",
+         "'sound' is the judge's verdict as a JSON boolean (true/false), not 1/0 or \"yes\""),
+        ("bad_source", "ExpectColumnValuesToBeInSet",
+         {"column": "source", "value_set": list(SOURCES)}, "source",
+         f"a slice comes from one of {', '.join(SOURCES)}"),
+        ("bad_split", "ExpectColumnValuesToBeInSet",
+         {"column": "split", "value_set": list(SPLITS)}, "split",
+         f"a slice belongs to one of the splits {', '.join(SPLITS)}"),
+        ("balance", "ExpectColumnMeanToBeBetween",
+         {"column": "is_sound", "min_value": 0.5 - tolerance, "max_value": 0.5 + tolerance},
+         "sound", "yes and no must be balanced 1:1 (GAR §3): downsample with balance_labels"),
+        ("leaked_id", "ExpectColumnValuesToNotBeInSet",
+         {"column": "question_id", "value_set": sorted(held_ids)}, "question_id",
+         "a dev/test question is in the discriminator's data: build it from the train split"),
+        ("leaked_question", "ExpectColumnValuesToNotBeInSet",
+         {"column": "normalised_question", "value_set": sorted(held_questions)}, "question",
+         "a dev/test question (same text, another id) is in the discriminator's data: remove it"),
+    ])
+
+
+def _slice_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
+    """One row per slice: the fields, a few shown clipped, plus the derived checks' columns."""
+    import pandas as pd
+
+    from advrag.core.metrics import normalize_answer
+
+    table = []
+    for line_no, obj in rows:
+        sound = obj.get("sound")
+        row = {"line": line_no, "id": _id_value(obj),
+               **{name: obj.get(name) for name in ("question_id", "source", "split")},
+               **{name: None if obj.get(name) is None else _short(obj[name])
+                  for name in ("question", "slice", "analysis", "rationale")},
+               "sound": None if sound is None else json.dumps(sound),
+               "sound_is_bool": float(isinstance(sound, bool)),
+               "is_sound": float(sound is True),
+               "normalised_question": normalize_answer(str(obj.get("question") or ""))}
+        for name in ("slice", "analysis", "rationale"):
+            value = obj.get(name)
+            row[f"{name}_chars"] = (None if value is None
+                                    else len(value.strip()) if isinstance(value, str) else 0)
+        table.append(row)
+    return pd.DataFrame.from_records(table).set_index("line")
 
 def require_valid(qa_paths: Iterable[str | os.PathLike[str]] = (),
                   corpus_paths: Iterable[str | os.PathLike[str]] = ()) -> list[GateReport]:

@@ -12,6 +12,7 @@ from advrag.config import (
     BenchmarkConfig,
     ConfigError,
     DemoConfig,
+    DiscriminatorSFTConfig,
     GARConfig,
     NightlyConfig,
     PipelineConfig,
@@ -31,7 +32,8 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": A
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
                             "gar-ra-only.yaml", "gar-demo.yaml"], GARConfig),
-           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml"], PipelineConfig)}
+           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml"], PipelineConfig),
+           "discriminator.yaml": DiscriminatorSFTConfig}
 
 
 def config_models() -> list[type[Strict]]:

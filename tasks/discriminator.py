@@ -1,0 +1,209 @@
+"""Prefect tasks of GAR's discriminator SFT: slice set, gate, fine-tune, evaluate, export, register."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from advrag.config import DiscriminatorSFTConfig
+from advrag.datasets.records import QARecord
+from advrag.tasks import tracking
+
+ADAPTER = "discriminator"
+
+
+@task(cache_policy=NO_CACHE)
+def load_discriminator(config: DiscriminatorSFTConfig, base: str) -> tuple:
+    """``base`` with a fresh LoRA adapter named "discriminator": ``(AdapterPolicy, tokenizer)``."""
+    from advrag.engines.local.dual import shared_lora_policies
+    from advrag.engines.local.trainer import seed_everything
+    from advrag.models.loading import load_policy
+
+    seed_everything(config.seed)  # the adapter's initialisation draws random numbers
+    loaded = load_policy(base, dtype="float32")
+    policies = shared_lora_policies(loaded.model, config.lora, names=(ADAPTER,),
+                                    cpu_bf16=config.cpu_bf16)
+    return policies[ADAPTER], loaded.tokenizer
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
+def slice_set(config: DiscriminatorSFTConfig, policy, tokenizer) -> tuple[list[dict], list[QARecord]]:
+    """The labelled slice rows of the training questions, and the world's dev/test records."""
+    from advrag.curation.demonstrations import build_demonstrations
+    from advrag.curation.gar_data import build_slice_set, read_world_lexicon
+    from advrag.datasets.loaders import load_qa
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.retrieval.retriever import load_retriever
+
+    records = load_qa(config.world_dir / "train.jsonl")[:config.questions]
+    demos = build_demonstrations(records, load_retriever(config.index_dir, kind="dense"),
+                                 HFGenerator(policy.model, tokenizer).chat_prompt,
+                                 topk=config.topk, max_turns=config.max_turns)
+    rows = build_slice_set(records, demos, read_world_lexicon(config.world_dir),
+                           lambda text: len(tokenizer(text, add_special_tokens=False).input_ids),
+                           max_tokens=config.max_slice_tokens, seed=config.seed,
+                           heldout_fraction=config.heldout_fraction)
+    heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
+    return rows, heldout
+
+
+@task(cache_policy=NO_CACHE)
+def write_and_gate(config: DiscriminatorSFTConfig, rows: list[dict],
+                   heldout: list[QARecord]) -> Path:
+    """``out_dir/slices.jsonl``, replaced only if the GX gate passes and both splits have rows."""
+    from advrag.common.fileio import atomic_file
+    from advrag.curation.gar_data import SPLITS
+    from advrag.curation.gates import DataGateError, validate_slice_file
+    from advrag.datasets.records import write_jsonl
+
+    empty = [split for split in SPLITS if not any(r["split"] == split for r in rows)]
+    if empty:
+        raise ValueError(f"the slice set has no {' or '.join(empty)} rows: raise questions "
+                         "(more questions give more sound and unsound slices)")
+    path = config.out_dir / "slices.jsonl"
+    with atomic_file(path) as tmp:
+        write_jsonl(tmp, rows)
+        report = validate_slice_file(tmp, [r.to_json() for r in heldout])
+        if not report.ok:
+            raise DataGateError(report.render())
+    return path
+
+
+@task(cache_policy=NO_CACHE)
+def log_slice_set(run_id: str, path: Path, rows: list[dict]) -> None:
+    """Rows per split, source and label, and the slice set itself, to the run."""
+    from collections import Counter
+
+    counts = Counter((r["split"], r["source"], "yes" if r["sound"] else "no") for r in rows)
+    tracking.log_metrics(run_id, {f"slices/{split}/{source}/{label}": n
+                                  for (split, source, label), n in counts.items()})
+    tracking.log_artifacts(run_id, path.parent, "slices")
+
+
+def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer, max_tokens: int) -> list:
+    """SFT examples of one split: each row's judgment cut at ``max_tokens`` (GAR's K), EOS included."""
+    from advrag.curation.gar_data import judgment_trajectory, row_label
+    from advrag.curation.gar_labels import sft_target
+
+    out = []
+    for row in (r for r in rows if r["split"] == split):
+        ids = tokenizer(sft_target(row_label(row)) + tokenizer.eos_token,
+                        add_special_tokens=False).input_ids[:max_tokens]
+        out.append(judgment_trajectory(row, chat_prompt, tokenizer.decode(ids)))
+    return out
+
+
+def _train_epoch(policy, optimizer, tokenizer, examples: list, config: DiscriminatorSFTConfig,
+                 epoch: int) -> list[dict[str, float]]:
+    """One pass over ``examples`` in the epoch's seeded order; each step's metrics."""
+    from advrag.engines.local.sft import batches_of, sft_step
+    from advrag.engines.local.tokenize import encode_trajectories
+
+    sft = config.sft.model_copy(update={"epochs": 1, "seed": config.sft.seed + epoch})
+    return [sft_step(policy, optimizer, encode_trajectories(
+        [examples[i] for i in rows], tokenizer, max_len=sft.max_seq_len).to(policy.device), sft)
+        for rows in batches_of(len(examples), sft)]
+
+
+@task(cache_policy=NO_CACHE)
+def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
+             run_id: str) -> dict[str, float]:
+    """SFT with early stopping on the held-out loss; the best epoch's adapter is saved and kept.
+
+    Returns the best epoch (from 1), its held-out loss and the epochs run.
+    The adapter goes to ``checkpoint_dir/adapter`` (atomically) whenever the
+    held-out loss improves, and is loaded back at the end.
+    """
+    from advrag.common.fileio import atomic_dir
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.local.policy import adamw
+    from advrag.engines.local.verdicts import judgment_loss
+
+    chat = HFGenerator(policy.model, tokenizer).chat_prompt
+    train, held = (_trajectories(rows, s, chat, tokenizer, config.max_new_tokens)
+                   for s in ("train", "heldout"))
+    optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
+    best, best_epoch, step, adapter = math.inf, 0, 0, config.checkpoint_dir / "adapter"
+    for epoch in range(config.sft.epochs):
+        for metrics in _train_epoch(policy, optimizer, tokenizer, train, config, epoch):
+            tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in metrics.items()}, step=step)
+            step += 1
+        loss = judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
+                             micro_batch_size=config.sft.micro_batch_size)
+        tracking.log_metrics(run_id, {"sft/heldout_loss": loss}, step=epoch)
+        print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out loss {loss:.4f}")
+        if loss < best:
+            best, best_epoch = loss, epoch
+            with atomic_dir(adapter) as tmp:
+                policy.save_weights(tmp)
+        elif epoch - best_epoch >= config.patience:
+            break
+    policy.load_weights(adapter)
+    return {"best_epoch": float(best_epoch + 1), "heldout_loss": best, "epochs_run": float(epoch + 1)}
+
+
+@task(cache_policy=NO_CACHE)
+def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
+             run_id: str) -> dict[str, float]:
+    """Greedy judgments (≤ K tokens) of the held-out slices: accuracy, F1, AUROC, malformed."""
+    from advrag.curation.gar_labels import discriminator_prompt, parse_verdict
+    from advrag.engines.local.dual import agent_generator
+    from advrag.engines.local.verdicts import judgment_metrics, verdict_probabilities
+
+    held = [r for r in rows if r["split"] == "heldout"]
+    generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
+    prompts = [generator.chat_prompt(discriminator_prompt(r["question"], r["slice"])) for r in held]
+    outputs = generator.generate(prompts, max_new_tokens=config.max_new_tokens)
+    verdicts = [parse_verdict(o) for o in outputs]
+    p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
+    metrics = judgment_metrics([r["sound"] for r in held], verdicts, p_yes) | {"n": len(held)}
+    tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in metrics.items()})
+    tracking.log_figure(run_id, confusion_figure([r["sound"] for r in held], verdicts),
+                        "heldout/confusion.png")
+    tracking.log_table(run_id, [{"id": r["id"], "sound": r["sound"], "verdict": v, "p_yes": p,
+                                 "output": o} for r, v, p, o in zip(held, verdicts, p_yes, outputs)],
+                       "heldout/judgments.json")
+    return metrics
+
+
+def confusion_figure(sound: list[bool], verdicts: list[bool | None]):
+    """Counts of the judge's verdict (yes, no, malformed) per true label (yes, no)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    said = ["malformed" if v is None else "yes" if v else "no" for v in verdicts]
+    columns, labels = ["yes", "no", "malformed"], ["yes", "no"]
+    counts = [[sum(s == (t == "yes") and p == c for s, p in zip(sound, said)) for c in columns]
+              for t in labels]
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.imshow(counts, cmap="Blues")
+    for i, row in enumerate(counts):
+        for j, n in enumerate(row):
+            ax.text(j, i, str(n), ha="center", va="center")
+    ax.set(xticks=range(3), xticklabels=columns, yticks=range(2), yticklabels=labels,
+           xlabel="verdict", ylabel="judge's label", title=f"held-out slices (n={len(sound)})")
+    fig.tight_layout()
+    return fig
+
+
+@task(cache_policy=NO_CACHE)
+def export(config: DiscriminatorSFTConfig, policy, tokenizer) -> Path:
+    """The adapter merged into a copy of the base, as a plain checkpoint in ``checkpoint_dir/model``."""
+    from advrag.engines.local.dual import export_policy
+
+    return export_policy(policy, tokenizer, config.checkpoint_dir / "model")
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
+def register(config: DiscriminatorSFTConfig, run_id: str, adapter_dir: Path, model_dir: Path,
+             tags: dict[str, str]) -> str:
+    """Log the adapter and register the merged model as ``registered_model``; its version."""
+    tracking.log_artifacts(run_id, adapter_dir, ADAPTER)
+    return tracking.register_model_dir(run_id, model_dir, config.registered_model,
+                                       tags={**tags, "run_id": run_id,
+                                             "git.commit": tracking.git_commit()})

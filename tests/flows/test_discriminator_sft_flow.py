@@ -1,0 +1,75 @@
+"""GAR discriminator SFT end to end with a tiny model: slices → gate → SFT → scores → registry."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+import torch
+from prefect.testing.utilities import prefect_test_harness
+from safetensors.torch import load_file
+
+from advrag.config import DiscriminatorSFTConfig
+from advrag.engines.local.dual import shared_lora_policies
+from advrag.engines.local.policy import ADAPTER_FILE
+from advrag.flows.discriminator_sft import discriminator_sft
+from advrag.models.loading import load_policy
+from advrag.tasks import tracking
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def config(tmp_path, world, index, policy) -> DiscriminatorSFTConfig:
+    return DiscriminatorSFTConfig(
+        model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, patience=1,
+        sft={"lr": 1e-2, "epochs": 3, "batch_size": 8, "micro_batch_size": 8, "max_seq_len": 512},
+        max_new_tokens=12, questions=12, heldout_fraction=0.25, world_dir=world, index_dir=index,
+        out_dir=tmp_path / "slices", checkpoint_dir=tmp_path / "ckpt", experiment="disc-test",
+        registered_model="tiny-discriminator")
+
+
+def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
+        prefect_server, tmp_path, monkeypatch, small_world_dir, small_index_dir, tiny_policy_dir):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+    cfg = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
+    result = discriminator_sft(cfg)
+
+    client = mlflow.MlflowClient()
+    assert client.get_model_version("tiny-discriminator", result["version"]).run_id == result["run_id"]
+    run = client.get_run(result["run_id"])
+    for key in ("accuracy", "f1", "auroc", "malformed", "n"):
+        assert f"heldout/{key}" in run.data.metrics, key
+        assert run.data.metrics[f"heldout/{key}"] == pytest.approx(result["metrics"][key],
+                                                                   nan_ok=True)
+    losses = [m.value for m in client.get_metric_history(result["run_id"], "sft/heldout_loss")]
+    assert result["training"]["heldout_loss"] == pytest.approx(min(losses))
+    assert client.get_metric_history(result["run_id"], "sft/loss")
+    assert {"heldout/confusion.png", "heldout/judgments.json"} <= {
+        a.path for a in client.list_artifacts(result["run_id"], "heldout")}
+    assert tracking.list_artifacts(result["run_id"], "discriminator") == ["discriminator/adapter"]
+
+    rows = [json.loads(line) for line in (tmp_path / "slices" / "slices.jsonl").read_text().splitlines()]
+    held = [r for r in rows if r["split"] == "heldout"]
+    assert result["metrics"]["n"] == len(held) > 0
+    assert sum(r["sound"] for r in rows) * 2 == len(rows)
+
+    fresh = shared_lora_policies(load_policy(str(tiny_policy_dir), dtype="float32").model,
+                                 cfg.lora, names=("discriminator",))["discriminator"]
+    fresh.load_weights(result["adapter_dir"])
+    saved = load_file(f"{result['adapter_dir']}/{ADAPTER_FILE}")
+    weights = {n: p for n, p in fresh.model.named_parameters() if ".discriminator." in n}
+    assert len(weights) == len(saved) > 0
+    for name, tensor in saved.items():
+        (match,) = [p for n, p in weights.items() if n.replace(".discriminator", "") == name]
+        assert torch.equal(match, tensor), name
+    assert any(t.abs().sum() > 0 for n, t in saved.items() if "lora_B" in n)  # trained, not fresh
+    merged = fresh.model.merge_and_unload().state_dict()
+    exported = load_policy(result["model_dir"], dtype="float32").model.state_dict()
+    assert merged.keys() == exported.keys()
+    assert all(torch.allclose(merged[k], exported[k], atol=1e-6) for k in merged)
