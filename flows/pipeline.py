@@ -1,6 +1,7 @@
 """Flow `pipeline`: the design card's chain, one run with a nested run per stage.
 
-data refresh → GX gate → `dvc repro` → reasoner warm-up → (UR² curation, inside
+data refresh → GX gate (prepare_data raises on bad data, so a version trained
+here carries ``data.gate = passed`` for the promotion gate) → `dvc repro` → reasoner warm-up → (UR² curation, inside
 the RL stage when the recipe is ur2) → GAR slice labelling + discriminator SFT →
 joint RL (the config's recipe: gar, arr, ur2, grpo) → benchmark of base, warm-up
 and trained reasoner → promotion gate. A stage whose inputs (settings, data
@@ -19,6 +20,7 @@ from advrag.flows.rl import run_recipe
 from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
 from advrag.tasks import pipeline as stages
+from advrag.tasks import promotion as promo
 from advrag.tasks import rl, tracking
 
 DEFAULT_CONFIG = "configs/pipeline.yaml"
@@ -39,9 +41,9 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
         upstream = [digest, stages.fingerprint_of(start)]
         judge = discriminator_stage(config, recipe, start, upstream, run_id)
         trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id)
-        name = recipe.registry_names()[recipe.agents[0]]
-        decision = promotion_gate(name, recipe.config.evaluate, config.promotion,
-                                  trained["versions"][recipe.agents[0]])
+        name, version = recipe.registry_names()[recipe.agents[0]], trained["versions"][recipe.agents[0]]
+        promo.record_gate(name, version, {"data.gate": "passed", "data.gate.digest": digest}, digest)
+        decision = promotion_gate(name, recipe.config.evaluate, config.promotion, version)
         summary = report(run_id, trained, judge, decision)
     print(summary)
     return {"run_id": run_id, "data_version": digest, "trained": trained,
