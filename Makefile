@@ -48,7 +48,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	touch $@
 
 demo: install
-	$(PY) -m advrag.cli demo --config configs/demo.yaml
+	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
 
 test: install vllm
 	$(PY) -m pytest -q tests
@@ -67,6 +67,7 @@ bench: install $(VENV)/.bench-installed
 	$(PY) bench/bench_difficulty_rollouts.py
 	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_demo.py
+	$(PY) bench/bench_ur2.py
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

@@ -1,9 +1,11 @@
 """Wall time and peak memory of the demo job (what `make demo` runs after installing).
 
-    python bench/bench_demo.py [--repeats 1] [--config configs/demo.yaml] [--fresh]
+    python bench/bench_demo.py [--repeats 1] [--config configs/pipeline-demo.yaml] [--fresh]
 
-``--fresh`` deletes the generated stores first (processed/, .mlflow/), so the
-DVC stages and the MLflow schema migration are included, as on a first run.
+Runs `advrag pipeline` on the config. ``--fresh`` deletes the generated stores
+first (processed/, .mlflow/, .cache/advrag/ but the converted model), so the DVC
+stages, the MLflow schema migration, the warm-up and every stage are included,
+as on a first run.
 Peak memory is the largest resident set of the demo process or any process it
 waited for (DVC stage commands included).
 """
@@ -24,16 +26,17 @@ from pathlib import Path
 def run_once(config: str, fresh: bool) -> float:
     """One demo run in a subprocess; returns its wall time in seconds."""
     if fresh:
-        for path in ("processed", ".mlflow"):
+        for path in ("processed", ".mlflow", ".cache/advrag/checkpoints", ".cache/advrag/pipeline",
+                     ".cache/advrag/curation", ".cache/advrag/predictions"):
             shutil.rmtree(path, ignore_errors=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "advrag.cli", "demo", "--config", config], check=True)
+    subprocess.run([sys.executable, "-m", "advrag.cli", "pipeline", "--config", config], check=True)
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--config", default="configs/pipeline-demo.yaml")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench/results/demo.json"))

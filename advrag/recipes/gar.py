@@ -26,6 +26,7 @@ class GarRecipe(Recipe):
     """Reasoner ⇄ slice discriminator; the discriminator is an agent only when it trains."""
 
     name = "gar"
+    agents = ("reasoner", "discriminator")  # with discriminator: trainable; else the reasoner alone
     config: GARConfig
 
     def __init__(self, config: GARConfig):
@@ -39,11 +40,9 @@ class GarRecipe(Recipe):
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
         """The reasoner's warm-up: grounded Search-R1 demonstrations (as ``grpo``)."""
-        from advrag.curation.demonstrations import build_demonstrations
+        from advrag.recipes.grpo import search_demonstrations
 
-        c = self.config
-        return build_demonstrations(records, retriever, chat_prompt, topk=c.topk,
-                                    max_turns=c.max_turns, limit=c.warmup.demonstrations)
+        return search_demonstrations(self.config, records, retriever, chat_prompt)
 
     def build(self, start_model: str) -> None:
         """Adapters on one base (the SFT discriminator loaded), trainers, samplers, the scorer."""

@@ -30,11 +30,7 @@ class GrpoRecipe(Recipe):
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
         """Grounded think → search → … → answer trajectories from the world's hop chains."""
-        from advrag.curation.demonstrations import build_demonstrations
-
-        c = self.config
-        return build_demonstrations(records, retriever, chat_prompt, topk=c.topk,
-                                    max_turns=c.max_turns, limit=c.warmup.demonstrations)
+        return search_demonstrations(self.config, records, retriever, chat_prompt)
 
     def build(self, start_model: str) -> None:
         """The policy (LoRA or full), its trainer and the rollout generator.
@@ -85,3 +81,12 @@ class GrpoRecipe(Recipe):
         from advrag.evaluation.reports import reward_curve
 
         return {"reward_curve.png": reward_curve(history)}
+
+
+def search_demonstrations(config, records: Sequence[QARecord], retriever: Retriever,
+                          chat_prompt) -> list[Trajectory]:
+    """The Search-R1 warm-up set of a single-reasoner config (``topk``, ``max_turns``, ``warmup``)."""
+    from advrag.curation.demonstrations import build_demonstrations
+
+    return build_demonstrations(records, retriever, chat_prompt, topk=config.topk,
+                                max_turns=config.max_turns, limit=config.warmup.demonstrations)
