@@ -153,14 +153,17 @@ def main() -> None:
     parser.add_argument("--config", default="configs/ur2.yaml")
     parser.add_argument("--minutes", type=float, default=20.0, help="training budget per arm")
     parser.add_argument("--heldout", type=int, default=100, help="test questions evaluated")
+    parser.add_argument("--questions", type=int, default=None,
+                        help="training questions to curate (default: the config's)")
     parser.add_argument("--stage1-steps", type=int, default=3,
                         help="stage-1 updates (the config's 10 would fill a CPU budget)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2.json"))
     args = parser.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     tracking.configure()
-    base = load_config(args.config, UR2Config).model_copy(
-        update={"stage1_steps": args.stage1_steps})
+    base = load_config(args.config, UR2Config)
+    curate = base.curate.model_copy(update={"questions": args.questions or base.curate.questions})
+    base = base.model_copy(update={"stage1_steps": args.stage1_steps, "curate": curate})
     curated_cfg = arm_config(base, "curated", args.minutes, curated=True)
     uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False)
 
@@ -174,7 +177,7 @@ def main() -> None:
         rows[name] = evaluate(arm["model_dir"], base, args.heldout)
     report = {
         "config": args.config, "budget_minutes": args.minutes, "heldout": args.heldout,
-        "stage1_steps": args.stage1_steps,
+        "stage1_steps": args.stage1_steps, "questions_curated": curate.questions,
         "load_average": os.getloadavg(),
         "curation": curation_signal(curated_cfg),
         "arms": arms,
