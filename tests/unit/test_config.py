@@ -33,7 +33,8 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": A
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
                             "gar-ra-only.yaml", "gar-demo.yaml"], GARConfig),
            **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml"], PipelineConfig),
-           "discriminator.yaml": DiscriminatorSFTConfig}
+           "discriminator.yaml": DiscriminatorSFTConfig,
+           "discriminator-demo.yaml": DiscriminatorSFTConfig}
 
 
 def config_models() -> list[type[Strict]]:
