@@ -62,14 +62,18 @@ def train_arm(config: UR2Config, name: str) -> dict:
 
     started = time.perf_counter()
     result = run_recipe(UR2Recipe(config), "bench-ur2", name)
+    return {"run_id": result["run_id"], "model_dir": result["model_dir"],
+            "steps_run": result["steps_run"], "train_s": result["train_s"],
+            "wall_s": time.perf_counter() - started, "history": history(result["run_id"])}
+
+
+def history(run_id: str) -> dict[str, list[float]]:
+    """Per-update curves of one arm, read back from its MLflow run."""
     client = tracking.client()
     keys = ("reward_mean", "informative_groups", "ur2/valid_queries", "ur2/violations",
             "ur2/correct", "ur2/stage", "format_errors", "searches")
-    history = {k: [m.value for m in sorted(client.get_metric_history(result["run_id"], k),
-                                           key=lambda m: m.step)] for k in keys}
-    return {"run_id": result["run_id"], "model_dir": result["model_dir"],
-            "steps_run": result["steps_run"], "train_s": result["train_s"],
-            "wall_s": time.perf_counter() - started, "history": history}
+    return {k: [m.value for m in sorted(client.get_metric_history(run_id, k),
+                                        key=lambda m: m.step)] for k in keys}
 
 
 def informative_share(rows: list[dict]) -> float:
@@ -100,7 +104,7 @@ def evaluate(model: str, config: UR2Config, n: int) -> list[dict]:
     records = load_qa(config.world_dir / "test.jsonl", limit=n)
     policy = load_policy(model, dtype=pick_dtype("auto"))
     generator = methods.Generators(HFGenerator(policy.model, policy.tokenizer, batch_size=32))
-    retriever = load_retriever(config.index_dir, kind="dense")
+    retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))
     outputs = []
     for start in range(0, len(records), 32):
         questions = [r.question for r in records[start:start + 32]]
@@ -158,6 +162,8 @@ def main() -> None:
     parser.add_argument("--stage1-steps", type=int, default=3,
                         help="stage-1 updates (the config's 10 would fill a CPU budget)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2.json"))
+    parser.add_argument("--reuse-arms", action="store_true",
+                        help="evaluate the arms a previous run trained (ur2_arms.json)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     tracking.configure()
@@ -167,9 +173,14 @@ def main() -> None:
     curated_cfg = arm_config(base, "curated", args.minutes, curated=True)
     uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False)
 
-    arms = {"curated": train_arm(curated_cfg, "curated")}
-    share_warmup(curated_cfg, uncurated_cfg)
-    arms["uncurated"] = train_arm(uncurated_cfg, "uncurated")
+    arms_file = args.out.with_name("ur2_arms.json")
+    if args.reuse_arms:
+        arms = json.loads(arms_file.read_text())
+    else:
+        arms = {"curated": train_arm(curated_cfg, "curated")}
+        share_warmup(curated_cfg, uncurated_cfg)
+        arms["uncurated"] = train_arm(uncurated_cfg, "uncurated")
+        arms_file.write_text(json.dumps(arms, indent=2) + "\n")
     start_model = str(curated_cfg.checkpoint_dir / "warmup")
 
     rows = {"start": evaluate(start_model, base, args.heldout)}
