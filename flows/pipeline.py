@@ -19,9 +19,9 @@ from advrag.flows.prepare_data import prepare_data
 from advrag.flows.rl import run_recipe
 from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
+from advrag.tasks import curation, rl, tracking
 from advrag.tasks import pipeline as stages
 from advrag.tasks import promotion as promo
-from advrag.tasks import rl, tracking
 
 DEFAULT_CONFIG = "configs/pipeline.yaml"
 
@@ -38,7 +38,7 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
     params = {"pipeline": config.model_dump(mode="json"), "data": digest}
     with tracking.tracked_run(config.experiment, "pipeline", params=params, tags=tags) as run_id:
         start = warm_up_stage(recipe, run_id)
-        upstream = [digest, stages.fingerprint_of(start)]
+        upstream = [digest, curation.fingerprint(start)[1]]
         judge = discriminator_stage(config, recipe, start, upstream, run_id)
         trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id)
         name, version = recipe.registry_names()[recipe.agents[0]], trained["versions"][recipe.agents[0]]

@@ -18,15 +18,6 @@ def stage_key(*inputs: Any) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-@task(cache_policy=NO_CACHE)
-def fingerprint_of(model: str) -> str:
-    """sha256 of a model's weights (spec or directory): what a later stage's cache key needs."""
-    from advrag.curation.curate import policy_fingerprint
-    from advrag.models.loading import resolve_model_dir
-
-    return policy_fingerprint(resolve_model_dir(model))
-
-
 def _marker(cache_dir: Path, name: str, key: str) -> Path:
     return Path(cache_dir) / f"{name}-{key}.json"
 

@@ -124,3 +124,12 @@ def postgres_uri():
         if started:
             pg("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    """A temporary Prefect server for one test module (the flow tests that ask for it)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

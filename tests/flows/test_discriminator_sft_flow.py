@@ -7,7 +7,6 @@ import json
 import mlflow
 import pytest
 import torch
-from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from advrag.config import DiscriminatorSFTConfig
@@ -16,12 +15,6 @@ from advrag.engines.local.policy import ADAPTER_FILE
 from advrag.flows.discriminator_sft import discriminator_sft
 from advrag.models.loading import load_policy
 from advrag.tasks import tracking
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def config(tmp_path, world, index, policy) -> DiscriminatorSFTConfig:

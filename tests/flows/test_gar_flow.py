@@ -5,18 +5,11 @@ from __future__ import annotations
 import mlflow
 import pytest
 import torch
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import GARConfig
 from advrag.flows.rl import run_recipe
 from advrag.recipes.gar import GarRecipe
 from advrag.tasks import tracking
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def config(tmp_path, world, index, policy, **changes) -> GARConfig:

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import mlflow
-import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import UR2Config
 from advrag.flows.curate import curate_flow
@@ -16,12 +14,6 @@ from advrag.recipes.ur2 import UR2Recipe
 from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def config(tmp_path, world, index, policy) -> UR2Config:
