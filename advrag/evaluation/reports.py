@@ -174,6 +174,45 @@ def gar_curves(history: list[dict[str, float]]):
     return fig
 
 
+JUDGED_TEXT_CHARS = 240  # slice and rationale characters shown per panel (longer ones end in "…")
+
+
+def judged_slices_figure(judgments: list[dict]):
+    """A few judged slices, one panel each: where the slice came from, P(yes), verdict, rationale.
+
+    ``judgments``: dicts with ``source`` ("reference" or "generated"), ``question``,
+    ``slice``, ``p_yes`` (None: unreadable), ``verdict`` (True/False/None: malformed),
+    ``rationale`` and, for generated slices, ``correct`` (the rollout's answer).
+    """
+    import textwrap
+
+    if not judgments:
+        raise ValueError("no judged slices to plot: judge at least one slice first")
+    plt = _pyplot()
+
+    def block(label: str, text: str) -> str:
+        shown = "".join(c if c.isprintable() else " " for c in text)  # no control glyphs
+        short = textwrap.shorten(" ".join(shown.split()) or "(empty)", JUDGED_TEXT_CHARS,
+                                 placeholder=" …")
+        return textwrap.fill(f"{label}: {short}", width=110, subsequent_indent="    ")
+
+    fig, axes = plt.subplots(len(judgments), 1, figsize=(11, 2.6 * len(judgments)), squeeze=False)
+    for ax, j in zip(axes[:, 0], judgments):
+        verdict = {True: "yes", False: "no", None: "malformed"}[j["verdict"]]
+        p = "n/a" if j["p_yes"] is None else f"{j['p_yes']:.2f}"
+        origin = "reference slice" if j["source"] == "reference" else (
+            f"generated slice (rollout answer {'correct' if j.get('correct') else 'wrong'})")
+        ax.axis("off")
+        ax.set_title(f"{origin} — P(yes) {p}, verdict {verdict}", loc="left", fontsize=10,
+                     color={"yes": "tab:green", "no": "tab:red"}.get(verdict, "tab:gray"))
+        body = "\n".join(block(k, j[f]) for k, f in (("question", "question"), ("slice", "slice"),
+                                                      ("rationale", "rationale")))
+        ax.text(0, 1, body, va="top", ha="left", fontsize=8, family="monospace",
+                transform=ax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
 def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     """The pipeline's result: the reasoner per stage on held-out questions, the judge, the decision.
 

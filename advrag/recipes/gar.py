@@ -12,6 +12,7 @@ SFT judge never learns), ``trainable`` with ``lam4: 0`` (R_d only), ``lam3: 0``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import partial
 
@@ -20,6 +21,9 @@ from advrag.config import GARConfig, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe
 from advrag.retrieval.base import Retriever
+
+JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
+_RATIONALE_RE = re.compile(r"rationale\s*[:\-]\s*(.*)", re.IGNORECASE | re.DOTALL)
 
 
 class GarRecipe(Recipe):
@@ -36,6 +40,7 @@ class GarRecipe(Recipe):
         self.references: dict[str, list] = {}  # question id → its demonstration's slices
         self.scorer = None
         self.count_tokens = None
+        self.last_batch: tuple | None = None  # (retriever, records) of the latest update
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
@@ -76,6 +81,7 @@ class GarRecipe(Recipe):
         """One joint update on ``records`` (``engines.local.gar_step``)."""
         from advrag.engines.local.gar_step import gar_step
 
+        self.last_batch = (retriever, list(records))
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
         return gar_step(self.trainers, self.generators, retriever, records, self.config,
                         references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
@@ -111,7 +117,47 @@ class GarRecipe(Recipe):
         return {agent: names[agent] for agent in self.agents}
 
     def figures(self, history: list[dict[str, float]]) -> dict:
-        """The reasoner's reward and answer score; the discriminator's scores and accuracy."""
-        from advrag.evaluation.reports import gar_curves
+        """The reasoner's reward and answer score; the discriminator's scores and accuracy; and
+        the trained judge's verdicts and rationales on a few slices of the last batch."""
+        from advrag.evaluation.reports import gar_curves, judged_slices_figure
 
-        return {"gar_curves.png": gar_curves(history)}
+        figures = {"gar_curves.png": gar_curves(history)}
+        examples = [] if self.scorer is None or self.last_batch is None else \
+            self.judged_examples(*self.last_batch)
+        if examples:
+            figures["judged_slices.png"] = judged_slices_figure(examples)
+        return figures
+
+    def judged_examples(self, retriever: Retriever, records: Sequence[QARecord],
+                        n: int = JUDGED_SHOWN) -> list[dict]:
+        """The judge on up to ``n // 2`` slices of one fresh rollout per question and as many
+        reference slices (fewer when the rollouts have fewer): the rows of ``judged_slices.png``."""
+        from advrag.core.rewards import ANSWER_METRICS
+        from advrag.curation.gar_labels import parse_verdict
+        from advrag.engines.local.gar_step import generated_slices, judge, reference_slices
+        from advrag.engines.local.steps import rollout
+
+        c = self.config
+        trajectories, repeated = rollout(
+            records, self.generators["reasoner"], retriever, group_size=1,
+            rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
+                            "max_new_tokens": c.max_new_tokens})
+        correct = [bool(t.answer) and ANSWER_METRICS[c.reward_metric](t.answer, r.golden_answers) >= 1
+                   for t, r in zip(trajectories, repeated)]
+        generated = generated_slices(trajectories, repeated, self.count_tokens,
+                                     c.max_slice_tokens)[:n // 2]
+        pool = [s for r in records for s in self.reference_slices(r, retriever)]
+        slices = generated + reference_slices(pool, max(len(generated), 1), seed=0)
+        judgments, probs = judge(self.generators["discriminator"], self.scorer, slices,
+                                 c.max_judge_tokens)
+        return [{"source": "reference" if s.trajectory is None else "generated",
+                 "question": s.question, "slice": s.text, "p_yes": p,
+                 "verdict": parse_verdict(j.policy_text()), "rationale": rationale(j.policy_text()),
+                 "correct": None if s.trajectory is None else correct[s.trajectory]}
+                for s, j, p in zip(slices, judgments, probs)]
+
+
+def rationale(judgment: str) -> str:
+    """The text after the judgment's ``Rationale:`` ("" when it wrote none)."""
+    match = _RATIONALE_RE.search(judgment)
+    return match.group(1).strip() if match else ""

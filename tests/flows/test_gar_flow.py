@@ -36,6 +36,15 @@ def test_gar_updates_and_registers_both_agents(
                  "discriminator/accuracy", "discriminator/loss"):
         assert [m.step for m in client.get_metric_history(result["run_id"], name)] == [0, 1], name
     assert set(result["versions"]) == {"reasoner", "discriminator"}
+    figures = {a.path for a in client.list_artifacts(result["run_id"])}
+    assert {"gar_curves.png", "judged_slices.png"} <= figures
+    png = client.download_artifacts(result["run_id"], "judged_slices.png", str(tmp_path / "dl"))
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    examples = recipe.judged_examples(*recipe.last_batch)
+    generated = sum(e["source"] == "generated" for e in examples)
+    assert 0 < len(examples) <= 6 and generated <= 3  # the tiny world may lack a reference
+    assert len(examples) - generated <= max(generated, 1)
+    assert all(0 <= e["p_yes"] <= 1 for e in examples if e["p_yes"] is not None)
     assert (tmp_path / "ckpt" / "discriminator").is_dir() and (tmp_path / "ckpt" / "reasoner").is_dir()
     trained = recipe.trainers["discriminator"].policy
     changed = [not torch.equal(before[n], p) for n, p in trained.model.named_parameters()
@@ -60,6 +69,8 @@ def test_without_a_discriminator_only_the_reasoner_trains(
     assert set(result["versions"]) == {"reasoner"}
     metrics = mlflow.get_run(result["run_id"]).data.metrics
     assert "reasoner/reward_mean" in metrics and "discriminator/accuracy" not in metrics
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(result["run_id"])}
+    assert "gar_curves.png" in artifacts and "judged_slices.png" not in artifacts  # nobody judges
 
 
 def test_a_fixed_discriminator_needs_its_sft_adapter(tmp_path, tiny_policy_dir):
