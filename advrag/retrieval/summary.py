@@ -22,7 +22,8 @@ How this departs from the paper:
   prompt, WITHOUT its "Previous Reasoning Steps" input: a summary then depends
   only on (query, passages), so rollouts that issue the same query share it;
 - the paper's summariser is GPT-4.1; ours is any ``TextGenerator``: the
-  policy's base by default, or an OpenAI-compatible server (``OpenAIChatGenerator``);
+  policy's base by default, or an OpenAI-compatible server
+  (``advrag.engines.endpoint.OpenAIChatGenerator``);
 - the paper does not say what happens when the summariser fails; we show the
   raw documents and count it (``raw_fallbacks``).
 """
@@ -31,18 +32,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sqlite3
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from advrag.agents.prompts import SUMMARY_FALLBACK_MESSAGE, format_docs
 from advrag.agents.types import TextGenerator
+from advrag.engines.endpoint import OpenAIChatGenerator
 from advrag.retrieval.base import Passage
 
 if TYPE_CHECKING:
@@ -241,104 +241,6 @@ class Summariser:
         stats.summaries += sum(s.kind == "summary" for s in results)
         stats.fallbacks += sum(s.kind == "fallback" for s in results)
         stats.raw_fallbacks += sum(s.kind == "raw" for s in results)
-
-
-class EndpointUnavailableError(ConnectionError):
-    """The OpenAI-compatible server could not be reached."""
-
-
-class EndpointTimeoutError(EndpointUnavailableError):
-    """The OpenAI-compatible server did not answer within the timeout."""
-
-
-class OpenAIChatGenerator:
-    """``TextGenerator`` over an OpenAI-compatible ``/v1/chat/completions`` server (e.g. vLLM).
-
-    Meant for single-turn uses such as the summariser: each prompt is sent as
-    one user message and the server applies the chat template, so text
-    appended after ``chat_prompt`` is not continued as assistant text. Greedy
-    (temperature 0). The prompts of one ``generate`` call are sent
-    concurrently; one that runs past ``timeout_s`` returns ``""`` and is
-    counted in ``timeouts``; an unreachable server or an HTTP error raises,
-    naming the URL. Stop strings go in the API's ``stop``; the matched one is
-    put back at the end when the server reports it (vLLM's ``stop_reason``).
-    ``OPENAI_API_KEY``, when set, is sent as the bearer token.
-    """
-
-    def __init__(self, url: str, model: str | None = None, *, timeout_s: float = 60.0,
-                 concurrency: int = 8) -> None:
-        import httpx
-
-        self.base = url.rstrip("/").removesuffix("/v1")
-        key = os.environ.get("OPENAI_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout_s, headers=headers)
-        self.concurrency = concurrency
-        self.timeouts = 0
-        self.model = model or self._first_model()
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """One HTTP call; timeouts, unreachable servers and non-200 answers raise, naming the URL."""
-        import httpx
-
-        url = f"{self.base}{path}"
-        try:
-            response = self._client.request(method, url, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise EndpointTimeoutError(
-                f"Summariser endpoint {url} did not answer within {self._client.timeout.read} s."
-            ) from exc
-        except httpx.TransportError as exc:
-            raise EndpointUnavailableError(
-                f"Summariser endpoint {url} is unreachable ({type(exc).__name__}: {exc}). "
-                "Start an OpenAI-compatible server there (e.g. `vllm serve <model>`) or fix "
-                "the summary endpoint."
-            ) from exc
-        if response.status_code != 200:
-            raise RuntimeError(f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
-
-    def _first_model(self) -> str:
-        """The first model the server lists (``GET /v1/models``); also checks it is up."""
-        models = self._request("GET", "/v1/models").get("data") or []
-        if not models:
-            raise RuntimeError(f"{self.base}/v1/models lists no model; name one explicitly.")
-        return str(models[0]["id"])
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        """The user message itself (a system message goes first, a blank line apart)."""
-        return f"{system}\n\n{user}" if system else user
-
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
-                 stop: Sequence[str] = ()) -> list[str]:
-        """One chat completion per prompt, sent concurrently; timed-out ones are ``""``."""
-        if not prompts:
-            return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
-            outputs = list(pool.map(lambda p: self._complete(p, max_new_tokens, stop), prompts))
-        self.timeouts += sum(output is None for output in outputs)
-        return [output or "" for output in outputs]
-
-    def _complete(self, prompt: str, max_new_tokens: int, stop: Sequence[str]) -> str | None:
-        """The completion of one prompt, or None when the request timed out."""
-        payload: dict[str, Any] = {
-            "model": self.model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_new_tokens, "temperature": 0,
-        }
-        if stop:
-            payload["stop"] = list(stop)
-        try:
-            body = self._request("POST", "/v1/chat/completions", json=payload)
-        except EndpointTimeoutError:
-            return None
-        choice = body["choices"][0]
-        text = choice["message"].get("content") or ""
-        matched = choice.get("stop_reason")
-        return text + matched if isinstance(matched, str) and matched in stop else text
-
-    def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._client.close()
 
 
 def _local_generator(spec: str) -> TextGenerator:

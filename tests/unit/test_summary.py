@@ -15,10 +15,9 @@ from pydantic import ValidationError
 
 from advrag.agents.prompts import SUMMARY_FALLBACK_MESSAGE, format_docs
 from advrag.config.flows import SummaryConfig
+from advrag.engines.endpoint import EndpointUnavailableError, OpenAIChatGenerator
 from advrag.retrieval.server import create_app, summary_config
 from advrag.retrieval.summary import (
-    EndpointUnavailableError,
-    OpenAIChatGenerator,
     Summariser,
     Summary,
     make_summariser,
