@@ -36,9 +36,9 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
     with tracking.tracked_run(config.experiment, "discriminator-sft", params=params, tags=tags,
                               parent=parent) as run_id:
         policy, tokenizer = steps.load_discriminator(config, base)
-        rows, heldout = steps.slice_set(config, policy, tokenizer)
+        rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
         path = steps.write_and_gate(config, rows, heldout)
-        steps.log_slice_set(run_id, path, rows)
+        steps.log_slice_set(run_id, path, rows, judged)
         training = steps.finetune(config, policy, tokenizer, rows, run_id)
         metrics = steps.evaluate(config, policy, tokenizer, rows, run_id)
         model_dir = steps.export(config, policy, tokenizer)

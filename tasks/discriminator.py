@@ -30,10 +30,13 @@ def load_discriminator(config: DiscriminatorSFTConfig, base: str) -> tuple:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
-def slice_set(config: DiscriminatorSFTConfig, policy, tokenizer) -> tuple[list[dict], list[QARecord]]:
-    """The labelled slice rows of the training questions, and the world's dev/test records."""
+def slice_set(config: DiscriminatorSFTConfig, policy,
+              tokenizer) -> tuple[list[dict], list[QARecord], dict[str, float]]:
+    """The labelled slice rows of the training questions, the world's dev/test records, and
+    the judge's counts (``judge_counts``: slices, labelled, malformed by reason; {} if grounded)."""
     from advrag.curation.demonstrations import build_demonstrations
     from advrag.curation.gar_data import build_slice_set, read_world_lexicon
+    from advrag.curation.gar_llm_judge import judge_counts, make_slice_judge
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator
     from advrag.retrieval.retriever import load_retriever
@@ -42,12 +45,14 @@ def slice_set(config: DiscriminatorSFTConfig, policy, tokenizer) -> tuple[list[d
     demos = build_demonstrations(records, load_retriever(config.index_dir, kind="dense"),
                                  HFGenerator(policy.model, tokenizer).chat_prompt,
                                  topk=config.topk, max_turns=config.max_turns)
-    rows = build_slice_set(records, demos, read_world_lexicon(config.world_dir),
+    lexicon = read_world_lexicon(config.world_dir)
+    judge = make_slice_judge(config.judge, lexicon)
+    rows = build_slice_set(records, demos, lexicon,
                            lambda text: len(tokenizer(text, add_special_tokens=False).input_ids),
                            max_tokens=config.max_slice_tokens, seed=config.seed,
-                           heldout_fraction=config.heldout_fraction)
+                           heldout_fraction=config.heldout_fraction, judge=judge)
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
-    return rows, heldout
+    return rows, heldout, judge_counts(judge)
 
 
 @task(cache_policy=NO_CACHE)
@@ -73,13 +78,15 @@ def write_and_gate(config: DiscriminatorSFTConfig, rows: list[dict],
 
 
 @task(cache_policy=NO_CACHE)
-def log_slice_set(run_id: str, path: Path, rows: list[dict]) -> None:
-    """Rows per split, source and label, and the slice set itself, to the run."""
+def log_slice_set(run_id: str, path: Path, rows: list[dict], judged: dict[str, float]) -> None:
+    """Rows per split, source and label, the judge's counts (``judge/...``: malformed replies by
+    reason for an LLM judge), and the slice set itself, to the run."""
     from collections import Counter
 
     counts = Counter((r["split"], r["source"], "yes" if r["sound"] else "no") for r in rows)
     tracking.log_metrics(run_id, {f"slices/{split}/{source}/{label}": n
-                                  for (split, source, label), n in counts.items()})
+                                  for (split, source, label), n in counts.items()}
+                         | {f"judge/{k}": v for k, v in judged.items()})
     tracking.log_artifacts(run_id, path.parent, "slices")
 
 

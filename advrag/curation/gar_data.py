@@ -6,8 +6,10 @@ rationale, and downsamples the majority label to 1:1. How this departs:
 
 - The reference reasoning is the grounded demonstrations
   (``demonstrations.build_demonstrations``: the world's hop chains with the
-  real retriever's passages) and the labeller is the grounded judge
-  (``gar_labels``), not an API model.
+  real retriever's passages). The labeller is pluggable (``judge``): the
+  grounded judge (``gar_labels``, the default offline) or an LLM behind any
+  OpenAI-compatible server (``gar_llm_judge``), whose malformed replies are
+  counted there and their slices left out.
 - Demonstrations state only true facts, so unsound slices come from a
   corrupted copy of each demonstration: one hop's gold object (chosen by the
   seed) replaced everywhere in the policy's text by another world value of the
@@ -36,11 +38,13 @@ from random import Random
 from advrag.agents.types import Segment, Trajectory
 from advrag.curation.gar_labels import (
     NUMBER,
+    SliceJudge,
     SliceLabel,
     WorldLexicon,
     balance_labels,
     discriminator_prompt,
-    label_trajectory,
+    grounded_judge,
+    slice_queries,
     world_lexicon,
 )
 from advrag.datasets.records import QARecord
@@ -131,16 +135,19 @@ def _row(label: SliceLabel, record: QARecord, source: str) -> dict:
 
 
 def _judged_rows(trajectories: Sequence[tuple[Trajectory, str]], by_question: dict[str, QARecord],
-                 lexicon: WorldLexicon, count_tokens: Callable[[str], int],
+                 judge: SliceJudge, count_tokens: Callable[[str], int],
                  max_tokens: int) -> list[dict]:
-    """Every judged slice of every ``(trajectory, source)``, corrupted copies' unsound ones only."""
-    rows = []
+    """Every judged slice of every ``(trajectory, source)`` in one judge call; slices the judge
+    gave no label are dropped, and of a corrupted copy only the unsound ones are kept."""
+    queries, sources = [], []
     for trajectory, source in trajectories:
-        record = record_of(trajectory, by_question)
-        for label in label_trajectory(trajectory, record, lexicon, count_tokens, max_tokens):
-            if source != "corrupted" or not label.sound:
-                rows.append(_row(label, record, source))
-    return rows
+        found = slice_queries(trajectory, record_of(trajectory, by_question), count_tokens,
+                              max_tokens)
+        queries += found
+        sources += [source] * len(found)
+    return [_row(label, query.record, source)
+            for query, source, label in zip(queries, sources, judge(queries))
+            if label is not None and (source != "corrupted" or not label.sound)]
 
 
 def heldout_questions(question_ids: Iterable[str], fraction: float, seed: int) -> set[str]:
@@ -193,6 +200,7 @@ def build_slice_set(
     records: Sequence[QARecord], demonstrations: Sequence[Trajectory], lexicon: WorldLexicon,
     count_tokens: Callable[[str], int], *, max_tokens: int, seed: int, corrupt: bool = True,
     rollouts: Sequence[Trajectory] = (), heldout_fraction: float = 0.2,
+    judge: SliceJudge | None = None,
 ) -> list[dict]:
     """The discriminator's SFT rows (see the module docstring), deterministic for a seed.
 
@@ -200,10 +208,13 @@ def build_slice_set(
     slices are cut at ``max_tokens`` (GAR's L) as ``count_tokens`` counts.
     ``corrupt`` adds the corrupted copies' unsound slices. A (question, slice)
     seen twice keeps its first row (demonstrations, then copies, then rollouts).
+    ``judge`` labels the slices (default: ``grounded_judge(lexicon)``); a slice it
+    gives no label (an LLM judge's malformed reply) is left out.
     """
     by_question = {r.question: r for r in records}
     sources = _sources(records, demonstrations, lexicon, corrupt, rollouts, seed)
-    rows = _first_per_slice(_judged_rows(sources, by_question, lexicon, count_tokens, max_tokens))
+    rows = _first_per_slice(_judged_rows(sources, by_question, judge or grounded_judge(lexicon),
+                                         count_tokens, max_tokens))
     held = heldout_questions((r["question_id"] for r in rows), heldout_fraction, seed)
     out = []
     for split in SPLITS:

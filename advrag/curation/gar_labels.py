@@ -54,6 +54,9 @@ _NUMBER_RE = re.compile(r"\b(?:\d{1,3}(?:,\d{3})+|\d{2,})\b")
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ANSWER_RE = re.compile(r"\banswer\b", re.IGNORECASE)
 _VERDICT_RE = re.compile(r"verdict\s*[:\-]\s*[*_\"']*\s*(yes|no)\b", re.IGNORECASE)
+_LABEL_RE = re.compile(r"^[\s*_#>-]*(?:analysis|rationale)\s*[*_]*\s*:[*_]*\s*", re.IGNORECASE)
+_MARKDOWN = "*_ \t"
+_MARKS = "\"'.,;:-"  # punctuation between a verdict and what follows it
 _QUESTION_WORD_RE = re.compile(r"[a-z]{4,}")
 _GENERIC = frozenset({"which", "what", "where", "when", "does", "that", "this", "with",
                       "from", "into", "than"})
@@ -221,23 +224,47 @@ def _judge(text: str, ev: _Evidence) -> SliceLabel:
                                              "the retrieved passages.")
 
 
+@dataclass(frozen=True)
+class SliceQuery:
+    """One slice to judge with what a judge may check it against: the question's record and
+    the passages the episode retrieved (its ``env`` segments: exactly what the policy saw)."""
+
+    slice: str
+    record: QARecord
+    passages: tuple[str, ...]
+
+
+SliceJudge = Callable[[Sequence[SliceQuery]], list[SliceLabel | None]]
+"""A judge labels many slices in one call (an LLM judge batches them); None = no usable label."""
+
+
+def slice_queries(trajectory: Trajectory, record: QARecord, count_tokens: Callable[[str], int],
+                  max_tokens: int = 320) -> list[SliceQuery]:
+    """The policy's reasoning cut into slices (at most ``max_tokens`` each), ready to judge."""
+    passages = tuple(s.text for s in trajectory.segments if s.source == "env")
+    slices = slice_reasoning(reasoning_text(trajectory), count_tokens, max_tokens)
+    return [SliceQuery(text, record, passages) for text in slices]
+
+
 def label_slice(text: str, record: QARecord, passages: Sequence[str],
                 lexicon: WorldLexicon) -> SliceLabel:
     """Judge one slice of reasoning for ``record`` given the retrieved passage texts."""
     return _judge(text, _evidence(record, passages, lexicon))
 
 
-def label_trajectory(trajectory: Trajectory, record: QARecord, lexicon: WorldLexicon,
-                     count_tokens: Callable[[str], int], max_tokens: int = 320) -> list[SliceLabel]:
-    """Slice the policy's reasoning and judge each slice against what the episode retrieved.
+def grounded_judge(lexicon: WorldLexicon) -> SliceJudge:
+    """The offline world's judge (module docstring); evidence is built once per record and passages."""
+    def judge(queries: Sequence[SliceQuery]) -> list[SliceLabel | None]:
+        evidence: dict[tuple[str, tuple[str, ...]], _Evidence] = {}
+        labels: list[SliceLabel | None] = []
+        for query in queries:
+            key = (query.record.id, query.passages)
+            if key not in evidence:
+                evidence[key] = _evidence(query.record, query.passages, lexicon)
+            labels.append(_judge(query.slice, evidence[key]))
+        return labels
 
-    The retrieved passages are the trajectory's ``env`` segments: exactly what
-    the policy was shown.
-    """
-    passages = [s.text for s in trajectory.segments if s.source == "env"]
-    ev = _evidence(record, passages, lexicon)
-    slices = slice_reasoning(reasoning_text(trajectory), count_tokens, max_tokens)
-    return [_judge(s, ev) for s in slices]
+    return judge
 
 
 def balance_labels(labels: Iterable[SliceLabel], seed: int) -> list[SliceLabel]:
@@ -264,6 +291,23 @@ def parse_verdict(text: str) -> bool | None:
     """True/False from the first ``Verdict: yes|no`` in the discriminator's output; None if absent."""
     match = _VERDICT_RE.search(text) if isinstance(text, str) else None
     return match.group(1).lower() == "yes" if match else None
+
+
+def split_judgment(text: str) -> tuple[str, bool, str] | None:
+    """``(analysis, sound, rationale)`` of a judgment in ``sft_target``'s form; None without a verdict.
+
+    The verdict is ``parse_verdict``'s (the first ``Verdict: yes|no``); the analysis
+    is the text before it, the rationale the first non-empty line after it, each
+    without its label or markdown ("" when missing).
+    """
+    match = _VERDICT_RE.search(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    analysis = _LABEL_RE.sub("", " ".join(text[:match.start()].split()), count=1)
+    after = text[match.end():].lstrip(_MARKS + _MARKDOWN)
+    line = next((ln for ln in after.splitlines() if ln.strip(_MARKS + _MARKDOWN)), "")
+    rationale = _LABEL_RE.sub("", line.strip(), count=1)
+    return analysis.strip(_MARKDOWN), match.group(1).lower() == "yes", rationale.strip(_MARKDOWN)
 
 
 def discriminator_prompt(question: str, slice_text: str) -> str:

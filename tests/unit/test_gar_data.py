@@ -21,7 +21,7 @@ from advrag.curation.gar_data import (
     row_label,
     substitutes,
 )
-from advrag.curation.gar_labels import WorldLexicon, sft_target, world_lexicon
+from advrag.curation.gar_labels import WorldLexicon, grounded_judge, sft_target, world_lexicon
 from advrag.curation.gates import validate_slice_file
 from advrag.datasets.records import QARecord
 from advrag.datasets.world import WorldConfig, generate_world, write_world
@@ -234,3 +234,26 @@ def test_a_repeated_id_and_an_unbalanced_set_are_caught(tmp_path, good):
     assert "duplicate_id" in failed(tmp_path, [*good, good[0]])
     sound = [r for r in good if r["sound"]]
     assert failed(tmp_path, sound + [r for r in good if not r["sound"]][:1]) == {"balance"}
+
+
+def test_a_plugged_in_judge_labels_in_one_call_and_its_unlabelled_slices_are_left_out(tmp_path):
+    """A judge that gives no label to some slices (an LLM judge's malformed replies): those
+    slices are absent, the rest keep the grounded labels, and balance and gate still hold."""
+    grounded, asked = grounded_judge(LEXICON), []
+
+    def judge(queries):
+        asked.append(list(queries))
+        return [None if len(q.slice) % 3 == 0 else label  # by content: every copy is dropped
+                for q, label in zip(queries, grounded(queries))]
+
+    rows = build(judge=judge)
+    assert len(asked) == 1 and asked[0]  # every slice of every source in one call
+    dropped = {(q.record.id, q.slice) for q in asked[0] if len(q.slice) % 3 == 0}
+    kept = {(r["question_id"], r["slice"]) for r in rows}
+    assert dropped and rows and not kept & dropped
+    full = {(r["question_id"], r["slice"]): r["sound"] for r in build()}
+    assert all(full.get((r["question_id"], r["slice"]), r["sound"]) == r["sound"] for r in rows)
+    for split in ("train", "heldout"):
+        labels = [r["sound"] for r in rows if r["split"] == split]
+        assert labels.count(True) == labels.count(False), split
+    assert validate_slice_file(write_rows(tmp_path, rows), HELD).ok

@@ -15,10 +15,11 @@ from advrag.curation.gar_labels import (
     WorldLexicon,
     balance_labels,
     discriminator_prompt,
+    grounded_judge,
     label_slice,
-    label_trajectory,
     parse_verdict,
     sft_target,
+    slice_queries,
     world_lexicon,
 )
 from advrag.datasets.records import QARecord
@@ -211,7 +212,7 @@ def test_world_lexicon_knows_names_aliases_and_text_attributes(world_demos):
 def test_every_demonstration_slice_is_sound(world_demos):
     _, lexicon, pairs = world_demos
     for demo, record in pairs:
-        labels = label_trajectory(demo, record, lexicon, words)
+        labels = grounded_judge(lexicon)(slice_queries(demo, record, words))
         assert labels and all(label.sound for label in labels), (record.question, labels)
 
 
@@ -225,7 +226,7 @@ def test_a_corrupted_fact_yields_an_unsound_slice(world_demos, hop_index):
         corrupted = dataclasses.replace(demo, segments=[
             Segment(s.text.replace(obj, wrong) if s.source == "policy" else s.text, s.source)
             for s in demo.segments])
-        labels = label_trajectory(corrupted, record, lexicon, words)
+        labels = grounded_judge(lexicon)(slice_queries(corrupted, record, words))
         unsound = [label for label in labels if not label.sound]
         assert unsound, (record.question, obj, wrong, labels)
         assert f"It gives {wrong.replace(',', '')}" in unsound[0].rationale  # numbers canonical
