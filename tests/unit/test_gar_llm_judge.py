@@ -227,3 +227,26 @@ def test_judge_config_defaults_to_grounded_and_llm_needs_an_endpoint(server, tmp
         "judge-model", 2, 32)
     judge([query("Ada Vell married Bo Rask.")])
     assert judge_counts(judge)["labelled"] == 1.0
+
+
+def test_the_judge_counts_go_to_mlflow_with_the_slice_set(server, tmp_path, monkeypatch):
+    import mlflow
+
+    from advrag.tasks import tracking
+    from advrag.tasks.discriminator import log_slice_set
+
+    judge = LLMSliceJudge(OpenAIChatGenerator(_url(server), "judge-model"))
+    labels = judge([query("Ada Vell married Bo Rask."), query("ECHO once more")])
+    rows = [{"split": "train", "source": "demonstration", "sound": labels[0].sound}]
+    path = tmp_path / "slices" / "slices.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(rows[0]) + "\n")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracking.configure(tracking.default_uri(tmp_path / "ml"))
+    with tracking.tracked_run("exp", "discriminator-sft") as run_id:
+        log_slice_set.fn(run_id, path, rows, judge_counts(judge))
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert {k: v for k, v in metrics.items() if k.startswith("judge/")} == {
+        "judge/slices": 2.0, "judge/requests": 2.0, "judge/cache_hits": 0.0,
+        "judge/labelled": 1.0, "judge/malformed": 1.0, "judge/malformed/no_verdict": 1.0}
+    assert metrics["slices/train/demonstration/yes"] == 1.0
