@@ -1,7 +1,9 @@
 """Flow `discriminator-sft`: GAR's discriminator SFT (§3, §4.1) on judge-labelled slices.
 
 grounded demonstrations of the training questions + corrupted copies → slices
-labelled by the grounded judge, balanced 1:1, split by question → GX gate
+labelled by the configured judge (``judge:`` grounded, or an LLM behind an
+OpenAI-compatible server whose malformed judgments are counted and dropped),
+balanced 1:1, split by question → GX gate
 (atomic write) → LoRA SFT of the adapter "discriminator" with early stopping on
 the held-out loss → held-out accuracy, F1, AUROC of P(yes), malformed count →
 the adapter (for ``AdapterPolicy.load_weights``) and the merged model,

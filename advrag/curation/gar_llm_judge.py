@@ -20,13 +20,16 @@ time, each limited to ``timeout_s`` (``advrag.engines.endpoint``); greedy.
 Replies the server gave, well-formed or not, are cached in
 ``<cache_dir>/judgments.sqlite`` by the SHA-256 of (judge name, prompt version,
 token budget, prompt); failed requests are not, so a rerun asks again only
-about those.
+about those. ``make_slice_judge`` is the one place a config's ``judge.kind``
+picks the grounded or the LLM judge; ``judge_counts`` is what the discriminator
+SFT logs (``judge/...``), and it raises when an LLM judge labelled nothing.
 
 How this departs from the paper: the prompt is ours (the paper does not
 publish its annotation prompt), and the judge sees the gold facts, which the
 world gives us for free. A small model is a poor judge: SmolLM2-135M through
-vLLM-CPU echoes the form's placeholders or answers the question instead, so
-nearly every reply is malformed (README, "GAR training").
+vLLM-CPU restates the answer or the instructions instead of the form: all 8
+replies in tests/engines/test_gar_llm_judge_vllm.py were malformed (README, "GAR
+training").
 """
 
 from __future__ import annotations
