@@ -147,6 +147,21 @@ def test_stops_right_after_the_first_stop_string(engine, policy):
     assert hf_greedy(policy.model, policy.tokenizer, stop=stops) == expected
 
 
+@needs_vllm
+def test_raw_replay_forces_each_recorded_completion_length(engine, policy):
+    """vLLM replays every prompt for exactly its recorded length: 3 + 7 + 1 + 24 tokens."""
+    from advrag.engines.replay import GenerateCall, RecordingGenerator, replay
+
+    recorder = RecordingGenerator(engine)
+    assert recorder.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == engine.generate(
+        PROMPTS, max_new_tokens=NEW_TOKENS)
+    assert recorder.calls[0].prompts == PROMPTS
+    assert recorder.calls[0].completion_tokens == engine.last_completion_tokens
+    call = GenerateCall(PROMPTS, NEW_TOKENS, [3, 7, 1, NEW_TOKENS], 0.0)
+    seconds, produced = replay(engine, [call])
+    assert produced == 3 + 7 + 1 + NEW_TOKENS and seconds > 0
+
+
 def one_adamw_step(model) -> None:
     """A real training update: one AdamW step on the LM loss of a sentence."""
     ids = torch.tensor([[5, 17, 42, 99, 7, 250, 31, 64]])

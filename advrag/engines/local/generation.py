@@ -56,11 +56,15 @@ class HFGenerator(ChatPrompting):
         self.max_prompt_tokens = max_prompt_tokens
         self.autocast = autocast
         self.generated_tokens = 0
+        self.last_completion_tokens: list[int] = []
+        """Tokens each completion of the last ``generate`` call got (stop string or EOS
+        included, padding not)."""
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:
         """Continue every prompt; outputs are aligned with ``prompts``."""
         outputs: list[str] = []
+        self.last_completion_tokens = []
         for start in range(0, len(prompts), self.batch_size):
             batch = list(prompts[start:start + self.batch_size])
             outputs.extend(self._generate_batch(batch, max_new_tokens, stop))
@@ -84,7 +88,9 @@ class HFGenerator(ChatPrompting):
                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
             )
         new_tokens = out[:, enc["input_ids"].shape[1]:]
-        self.generated_tokens += int((new_tokens != tok.pad_token_id).sum())
+        lengths = (new_tokens != tok.pad_token_id).sum(dim=1).tolist()
+        self.last_completion_tokens.extend(lengths)
+        self.generated_tokens += sum(lengths)
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
 

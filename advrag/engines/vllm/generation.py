@@ -114,6 +114,8 @@ class VLLMGenerator(ChatPrompting):
         self.top_p = top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.generated_tokens = 0
+        self.last_completion_tokens: list[int] = []
+        """Tokens each completion of the last ``generate`` call got (as ``HFGenerator``'s)."""
         self.llm = start_engine(
             model_dir, dtype=dtype, batch_size=batch_size, kv_cache_gib=kv_cache_gib,
             max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed,
@@ -132,7 +134,8 @@ class VLLMGenerator(ChatPrompting):
         )
         completions = [list(out.outputs[0].token_ids) for out in outputs]
         pad = self.tokenizer.pad_token_id
-        self.generated_tokens += sum(t != pad for tokens in completions for t in tokens)
+        self.last_completion_tokens = [sum(t != pad for t in tokens) for tokens in completions]
+        self.generated_tokens += sum(self.last_completion_tokens)
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
         return [cut_at_stop(text, stop) for text in texts]
 

@@ -1,0 +1,147 @@
+"""Record an agent loop's ``generate`` calls and replay them on the raw engine.
+
+How close do our rollouts come to the engine they run on? ``RecordingGenerator``
+wraps a rollout generator and keeps, per call, the prompts, the number of tokens
+each completion got, and the seconds the call took. ``replay`` then makes the
+same engine generate exactly those completion lengths for exactly those
+prompts, with nothing of the loop around it: no stop strings, no parsing, no
+retrieval, no re-rendered contexts (``bench/bench_rollout_replay.py``). The
+loop's tokens/s over the replay's is the share of the engine's speed the loop
+keeps.
+
+A completion's length is the number of tokens the engine sampled for it
+(``last_completion_tokens``: up to its stop string or end of sequence; sampled
+text does not re-tokenise to the same count), at least 1 (an immediate end of
+sequence that the tokenizer pads with). The replay forces each length (end of
+sequence suppressed until it is reached) and samples at the generator's
+temperature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from advrag.agents.types import TextGenerator
+from advrag.engines.local.generation import HFGenerator
+
+
+@dataclass
+class GenerateCall:
+    """One recorded ``generate`` call: what went in, how long each completion was, its time."""
+
+    prompts: list[str]
+    max_new_tokens: int
+    completion_tokens: list[int]
+    seconds: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.completion_tokens)
+
+
+class RecordingGenerator:
+    """A ``TextGenerator`` that passes every call to ``inner`` and records it in ``calls``."""
+
+    def __init__(self, inner: TextGenerator):
+        if not hasattr(inner, "last_completion_tokens"):
+            raise TypeError(f"{type(inner).__name__} does not report its completions' token "
+                            "counts (last_completion_tokens): record an engine's generator "
+                            "(HFGenerator, SnapshotGenerator, VLLMGenerator).")
+        self.inner = inner
+        self.calls: list[GenerateCall] = []
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        return self.inner.chat_prompt(user, system)
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
+                 stop: Sequence[str] = ()) -> list[str]:
+        started = time.perf_counter()
+        outputs = self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
+        seconds = time.perf_counter() - started
+        lengths = [max(n, 1) for n in self.inner.last_completion_tokens]
+        self.calls.append(GenerateCall(list(prompts), max_new_tokens, lengths, seconds))
+        return outputs
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent inside the wrapped generator."""
+        return sum(call.seconds for call in self.calls)
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens of every recorded call."""
+        return sum(call.tokens for call in self.calls)
+
+
+@torch.no_grad()
+def _replay_hf(generator: HFGenerator, call: GenerateCall) -> int:
+    """The call's prompts through ``model.generate`` in the generator's micro-batches, each
+    run for its longest completion (as the loop's batch ran until its last row stopped);
+    the tokens the engine produced (rows × steps, padding rows included)."""
+    tok, size = generator.tokenizer, generator.batch_size
+    sampling = generator.temperature > 0
+    produced = 0
+    for start in range(0, len(call.prompts), size):
+        length = max(call.completion_tokens[start:start + size])
+        enc = tok(call.prompts[start:start + size], return_tensors="pt", padding=True,
+                  truncation=True, max_length=generator.max_prompt_tokens,
+                  add_special_tokens=False).to(generator.model.device)
+        with generator.autocast():
+            out = generator.model.generate(
+                **enc, min_new_tokens=length, max_new_tokens=length, do_sample=sampling,
+                temperature=generator.temperature if sampling else None,
+                top_p=generator.top_p if sampling else None, top_k=None,
+                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+            )
+        produced += out[:, enc["input_ids"].shape[1]:].numel()
+    return produced
+
+
+def _replay_vllm(generator, call: GenerateCall) -> int:
+    """The call's prompts as token ids, one request each with its own forced length."""
+    from vllm import SamplingParams
+
+    ids = generator.tokenizer(call.prompts, truncation=True, max_length=generator.max_prompt_tokens,
+                              add_special_tokens=False)["input_ids"]
+    sampling = generator.temperature > 0
+    params = [SamplingParams(temperature=generator.temperature if sampling else 0.0,
+                             top_p=generator.top_p if sampling else 1.0, max_tokens=length,
+                             min_tokens=length, ignore_eos=True)
+              for length in call.completion_tokens]
+    outputs = generator.llm.generate([{"prompt_token_ids": p} for p in ids], params,
+                                     use_tqdm=False)
+    return sum(len(out.outputs[0].token_ids) for out in outputs)
+
+
+def _replayer(generator: TextGenerator) -> Callable[[TextGenerator, GenerateCall], int]:
+    """The replay function for ``generator``'s engine."""
+    if isinstance(generator, HFGenerator):
+        return _replay_hf
+    if hasattr(generator, "llm"):  # VLLMGenerator, imported lazily: vLLM is optional
+        return _replay_vllm
+    raise TypeError(f"no raw replay for {type(generator).__name__}: replay works on the "
+                    "transformers (HFGenerator, SnapshotGenerator) and vLLM generators.")
+
+
+def reset_prefix_cache(generator: TextGenerator) -> None:
+    """Empty a vLLM engine's prefix cache (other engines keep none across calls)."""
+    if hasattr(generator, "llm"):
+        generator.llm.reset_prefix_cache()
+
+
+def replay(generator: TextGenerator, calls: Sequence[GenerateCall]) -> tuple[float, int]:
+    """Seconds the raw engine of ``generator`` takes for the recorded ``calls`` in order, and
+    the tokens it produced.
+
+    A vLLM engine's prefix cache is emptied first, so the replay reuses KV only
+    across its own calls, as the loop does (``reset_prefix_cache`` before it).
+    """
+    run = _replayer(generator)
+    reset_prefix_cache(generator)
+    started = time.perf_counter()
+    produced = sum(run(generator, call) for call in calls)
+    return time.perf_counter() - started, produced
