@@ -44,7 +44,7 @@ CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe
 
 CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
                 "arr": "AdversarialRLConfig", "ur2": "UR2Config", "gar": "GARConfig",
-                "pipeline": "PipelineConfig", "nightly": "NightlyConfig",
+                "pipeline": "PipelineConfig", "nightly": "PipelineConfig",
                 "discriminator": "DiscriminatorSFTConfig"}
 
 
@@ -283,11 +283,15 @@ def rl(
 
 @app.command("policy-hash")
 def policy_hash(
-    config: Path = typer.Option(Path("configs/ur2.yaml"), help="A UR² config (its model)."),
+    config: Path = typer.Option(Path("configs/ur2.yaml"), help="A config with a `model`."),
     out: Path = typer.Option(..., help="File to write the sha256 of the model's weights to."),
+    kind: str = typer.Option("ur2", help="The config's kind: ur2 or discriminator."),
 ) -> None:
-    """Fingerprint the config's policy (the DVC stage `curate` depends on it)."""
-    cfg = load(config, "ur2")
+    """Fingerprint the config's policy (the DVC stages `curate` and `gar-slices` depend on it)."""
+    if kind not in ("ur2", "discriminator"):
+        typer.echo(f"error: --kind {kind!r}: choose ur2 or discriminator", err=True)
+        raise typer.Exit(2)
+    cfg = load(config, kind)
     from advrag.common.fileio import atomic_write_text
     from advrag.curation.curate import policy_fingerprint
     from advrag.models.loading import resolve_model_dir
@@ -322,25 +326,46 @@ def discriminator_sft(
     flow(cfg, base=base)
 
 
+@app.command("gar-slices")
+def gar_slices(
+    config: Path = typer.Option(Path("configs/discriminator.yaml"), help="A discriminator SFT config."),
+    base: str | None = typer.Option(None, help="Model whose tokenizer and chat template cut the "
+                                    "slices (default: the config's model)."),
+) -> None:
+    """Flow: the discriminator's slice set alone (labelled, balanced 1:1, gated) — DVC stage gar-slices."""
+    cfg = load(config, "discriminator")
+    from advrag.flows.discriminator_sft import gar_slices as flow
+
+    result = flow(cfg, base=base)
+    typer.echo(f"{result['slices']}: {result['rows']} slices, sha256 {result['slices_version']}")
+
+
 @app.command()
 def pipeline(
     config: Path = typer.Option(Path("configs/pipeline.yaml"), help="A pipeline config."),
 ) -> None:
     """Flow: data → warm-up → discriminator SFT → joint RL → benchmark → promotion (resumable)."""
-    cfg = load(config, "pipeline")
+    cfg = load_pipeline(config)
+    from advrag.flows.pipeline import pipeline as flow
+
+    flow(cfg)
+
+
+def load_pipeline(path: Path):
+    """A pipeline config whose recipe loads and benchmarks the promotion gate's method; a bad
+    one exits 2 before Prefect is imported."""
+    cfg = load(path, "pipeline")
     from advrag.recipes import recipe_for
 
     with config_errors():
-        recipe = recipe_for(cfg.recipe)  # fails here, before Prefect is imported
+        recipe = recipe_for(cfg.recipe)
     evaluate = recipe.config.evaluate
     if evaluate is None or cfg.promotion.method not in evaluate.methods:
         typer.echo(f"error: {cfg.recipe}: evaluate: must run promotion.method "
                    f"{cfg.promotion.method!r} — the promotion gate compares its per-question EM",
                    err=True)
         raise typer.Exit(2)
-    from advrag.flows.pipeline import pipeline as flow
-
-    flow(cfg)
+    return cfg
 
 
 @app.command()
@@ -353,15 +378,31 @@ def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP
 
 
 NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config (configs/nightly.yaml).")
+MODEL = typer.Option(None, help="Registered model of the config (default: its reasoner; the "
+                     "SFT discriminator, e.g. advrag-discriminator, has a gate of its own).")
 
 
 @app.command()
 def nightly(config: Path = NIGHTLY_CONFIG) -> None:
-    """Flow: data refresh → GX gate → train → benchmark → promotion gate (what the schedule runs)."""
-    load(config, "nightly")  # the flow loads it again; a bad file fails here, before Prefect
+    """Flow: the pipeline on the night's config — data refresh → GX gate → dvc repro → warm-up →
+    discriminator SFT → joint RL → benchmark → promotion gates (what the schedule runs)."""
+    load_pipeline(config)  # the flow loads it again; a bad file fails here, before Prefect
     from advrag.flows.nightly import nightly as flow
 
     flow(str(config))
+
+
+def gated_model(config: Path, model: str | None) -> str:
+    """The registered model ``model`` names (default: the reasoner); an unknown one exits 2."""
+    cfg = load(config, "nightly")
+    from advrag.flows.nightly import gated_model as find
+
+    with config_errors():
+        try:
+            return find(cfg, model)[0]
+        except ValueError as err:
+            typer.echo(f"error: {config}: {err}", err=True)
+            raise typer.Exit(2) from None
 
 
 @app.command()
@@ -369,23 +410,28 @@ def promote(
     version: str | None = typer.Option(None, help="Registered version to decide on (default: the latest)."),
     config: Path = NIGHTLY_CONFIG,
     force: bool = typer.Option(False, help="Make it champion even if the gate says no (recorded as forced)."),
+    model: str | None = MODEL,
 ) -> None:
-    """Promotion gate: `champion` only if it clearly beats the champion on the same questions."""
-    load(config, "nightly")
+    """Promotion gate: `champion` only if it clearly beats the champion on the same items."""
+    name = gated_model(config, model)
     from advrag.flows.nightly import promote as flow
 
-    result = flow(str(config), version, force)
-    typer.echo(f"v{result['version']}: {result['alias']} ({result['promotion.reason']})")
+    try:
+        result = flow(str(config), version, force, name)
+    except ValueError as err:  # a model promoted with its reasoner
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{name} v{result['version']}: {result['alias']} ({result['promotion.reason']})")
 
 
 @app.command()
-def rollback(config: Path = NIGHTLY_CONFIG) -> None:
+def rollback(config: Path = NIGHTLY_CONFIG, model: str | None = MODEL) -> None:
     """Give `champion` back to the version the current champion replaced."""
-    load(config, "nightly")
+    name = gated_model(config, model)
     from advrag.flows.nightly import rollback as flow
 
     try:
-        result = flow(str(config))
+        result = flow(str(config), name)
     except LookupError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1) from err
@@ -469,14 +515,14 @@ def config_show(
 
 def guess_model(file: Path) -> type:
     """The flow config model a file is for: its ``recipe:``'s, else the one sharing the most
-    top-level keys with it (ties: the first of demo, nightly, pipeline, benchmark, train, arr)."""
+    top-level keys with it (ties: the first of demo, pipeline, benchmark, train, arr)."""
     from advrag import config
     from advrag.recipes import RECIPES
 
     raw = config.read_yaml_mapping(file, chain=())
     if str(raw.get("recipe")) in RECIPES:
         return RECIPES[str(raw["recipe"])][1]
-    models = [config_model(kind) for kind in ("demo", "nightly", "pipeline", "benchmark", "train", "arr",
+    models = [config_model(kind) for kind in ("demo", "pipeline", "benchmark", "train", "arr",
                                               "discriminator")]
     return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 

@@ -8,8 +8,9 @@ real local Prefect server started the way `advrag schedule` starts it (its
 cold start on a fresh database and its warm restart are timed too). The tiny
 policy (the default; `--model config` keeps the config's model) is built from
 the generated world's corpus. Night 1 does everything
-(world, gate, DVC stages, one GRPO step, benchmark, promotion); later nights
-see unchanged data (cached gate, no-op `dvc repro`, resumed training).
+(world, gate, DVC stages, warm-up, discriminator SFT, one GAR update, benchmark,
+promotion gates); later nights see unchanged data (no-op `dvc repro`, the discriminator
+SFT and RL stages skipped).
 
 Prefect's share is given two ways: an upper bound, wall time minus the summed
 run time of all task runs (it also counts flow-body code such as MLflow run
@@ -67,16 +68,34 @@ def start_server(home: Path, port: int) -> float:
 
 def tiny_policy(config_path: Path, out: Path) -> Path:
     """The tiny random Llama, its tokenizer trained on the world the config generates."""
-    from advrag.config import NightlyConfig, load_config
+    from advrag.config import PipelineConfig, load_config
     from advrag.datasets.world import WorldConfig, generate_world, write_world
     from advrag.models.tiny import build_tiny_policy
 
-    section = load_config(config_path, NightlyConfig).data.world
+    section = load_config(config_path, PipelineConfig).data.world
     world_dir = out.parent / "world-for-tokenizer"
     write_world(generate_world(WorldConfig(seed=section.seed, n_train=section.n_train,
                                            n_dev=section.n_dev, n_test=section.n_test)), world_dir)
     texts = [json.loads(line)["contents"] for line in (world_dir / "corpus.jsonl").open()]
     return build_tiny_policy(out, texts)
+
+
+def relocated(config, work: Path, model: Path | None):
+    """``config`` with its recipe and discriminator files rewritten under ``work``: their
+    checkpoints there too, and ``model`` (if given) as both files' model."""
+    import yaml
+
+    from advrag.config import DiscriminatorSFTConfig, load_config
+    from advrag.recipes import recipe_for
+
+    files = {"recipe": recipe_for(ROOT / config.recipe).config,
+             "discriminator": load_config(ROOT / config.discriminator, DiscriminatorSFTConfig)}
+    for key, settings in files.items():
+        update = {"checkpoint_dir": str(work / f"ckpt-{key}")} | ({"model": str(model)} if model else {})
+        path = work / f"{key}.yaml"
+        path.write_text(yaml.safe_dump(settings.model_dump(mode="json") | update))
+        config = config.model_copy(update={key: path})
+    return config
 
 
 def runs_since(since: float) -> tuple[list, list]:
@@ -155,7 +174,7 @@ def night(config, label: str) -> dict:
             "slowest_tasks": slowest_tasks(tasks),
             "cached_tasks": sorted(t.name.rsplit("-", 1)[0] for t in tasks
                                    if t.state and t.state.name == "Cached"),
-            "alias": result["alias"], "version": result["version"]}
+            "alias": result["decision"]["alias"], "version": result["decision"]["version"]}
 
 
 def slowest_tasks(tasks: list, top: int = 5) -> dict[str, dict]:
@@ -185,7 +204,7 @@ def main() -> None:
                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1",
                        "MLFLOW_DISABLE_TELEMETRY": "true", "DVC_NO_ANALYTICS": "1"}.items():
         os.environ[key] = value
-    from advrag.config import NightlyConfig, load_config
+    from advrag.config import PipelineConfig, load_config
     from advrag.ops import scheduling
 
     try:
@@ -193,11 +212,9 @@ def main() -> None:
         scheduling.stop(home, "server", 30)
         server["warm_restart_s"] = start_server(home, port)
         project = make_project(work / "project")
-        config = load_config(args.config, NightlyConfig)
-        train = {"checkpoint_dir": work / "ckpt"}
-        if args.model == "tiny":
-            train["model"] = str(tiny_policy(args.config, work / "tiny-policy"))
-        config = config.model_copy(update={"train": config.train.model_copy(update=train)})
+        config = load_config(args.config, PipelineConfig)
+        model = tiny_policy(args.config, work / "tiny-policy") if args.model == "tiny" else None
+        config = relocated(config, work, model)
         os.chdir(project)
         nights = [night(config, "first" if i == 0 else "unchanged data") for i in range(args.nights)]
         costs = noop_costs()

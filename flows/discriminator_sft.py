@@ -8,7 +8,9 @@ balanced 1:1, split by question → GX gate
 the held-out loss → held-out accuracy, F1, AUROC of P(yes), malformed count →
 the adapter (for ``AdapterPolicy.load_weights``) and the merged model,
 registered. Runs on its own (`advrag discriminator-sft`) and as the pipeline's
-stage, nested under its run.
+stage, nested under its run. The slice set alone is the flow `gar-slices`
+(`advrag gar-slices`, the DVC stage of the same name); the SFT run carries its
+content hash as the tag ``data.slices.version``.
 """
 
 from __future__ import annotations
@@ -40,16 +42,32 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
         policy, tokenizer = steps.load_discriminator(config, base)
         rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
         path = steps.write_and_gate(config, rows, heldout)
+        slices_version = steps.slice_set_version(path)
+        tracking.set_tags(run_id, {"data.slices.version": slices_version})
         steps.log_slice_set(run_id, path, rows, judged)
         training = steps.finetune(config, policy, tokenizer, rows, run_id)
         metrics = steps.evaluate(config, policy, tokenizer, rows, run_id)
         model_dir = steps.export(config, policy, tokenizer)
         adapter_dir = config.checkpoint_dir / "adapter"
-        provenance = {"data.version": digest, "config.hash": config_hash(config), "base": base,
+        provenance = {"data.version": digest, "data.slices.version": slices_version,
+                      "config.hash": config_hash(config), "base": base,
                       **{f"heldout.{k}": f"{v:.4f}" for k, v in metrics.items()}}
         version = steps.register(config, run_id, adapter_dir, model_dir, provenance)
     print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f}; held-out "
           f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, AUROC {metrics['auroc']:.3f}, "
           f"{metrics['malformed']:.0f} malformed → {config.registered_model} v{version}")
     return {"run_id": run_id, "adapter_dir": str(adapter_dir), "model_dir": str(model_dir),
-            "version": version, "slices": str(path), "metrics": metrics, "training": training}
+            "version": version, "slices": str(path), "slices_version": slices_version,
+            "metrics": metrics, "training": training}
+
+
+@flow(name="gar-slices", log_prints=True)
+def gar_slices(config: DiscriminatorSFTConfig, base: str | None = None) -> dict:
+    """The discriminator's slice set alone, exactly as ``discriminator_sft`` writes it (same
+    tasks, same base): ``out_dir/slices.jsonl`` behind its GX gate; its path and version."""
+    policy, tokenizer = steps.load_discriminator(config, base or config.model)
+    rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
+    path = steps.write_and_gate(config, rows, heldout)
+    version = steps.slice_set_version(path)
+    print(f"{len(rows)} slices → {path} (version {version[:12]})", judged or "")
+    return {"slices": str(path), "slices_version": version, "rows": len(rows), "judge": judged}

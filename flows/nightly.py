@@ -1,98 +1,73 @@
-"""Flows `nightly` (refresh → gate → train → benchmark → promotion gate), `promote`, `rollback`."""
+"""Flows `nightly` (the pipeline on the night's config), `promote` and `rollback`.
+
+A night is ``flows.pipeline.pipeline`` with ``configs/nightly.yaml``: an unchanged
+night skips the stages whose inputs it has already seen and resumes a killed one;
+every model it registers goes through its promotion gate. `promote` and `rollback`
+act on one registered model of the night's config (``model``; default its reasoner).
+"""
 
 from __future__ import annotations
 
 from prefect import flow
 
-from advrag.config import (
-    BenchmarkConfig,
-    NightlyConfig,
-    PromotionSection,
-    TrainFlowConfig,
-    config_hash,
-    load_config,
-)
-from advrag.flows.benchmark import benchmark
-from advrag.flows.rl import benchmark_tags
-from advrag.flows.train import train
-from advrag.tasks import data, tracking
-from advrag.tasks import nightly as nt
+from advrag.config import PipelineConfig
+from advrag.flows.pipeline import as_config, discriminator_config, pipeline
+from advrag.flows.promotion import promotion_gate
+from advrag.recipes import recipe_for
 from advrag.tasks import promotion as promo
+from advrag.tasks import tracking
 
 DEFAULT_CONFIG = "configs/nightly.yaml"
 
 
 @flow(name="nightly", log_prints=True)
-def nightly(config: NightlyConfig | str = DEFAULT_CONFIG) -> dict:
-    """World → GX gate → `dvc add` → `dvc repro` → train → benchmark → promotion gate."""
-    config = as_config(config)
-    world = data.build_world(config.data.world)
-    qa = [world / f"{split}.jsonl" for split in ("train", "dev", "test")] + config.data.extra_files
-    corpus = [world / "corpus.jsonl"]
-    gate = nt.gate_data(qa, corpus, nt.content_digest([*qa, *corpus]))
-    data.version_raw_data(config.data.raw_dir)
-    digest = data.reproduce_stages()["digest"]
-    trained = train(nightly_training(config.train, digest), run_name=f"nightly-{digest}")
-    name, version = config.train.registered_model, trained["version"]
-    promo.record_gate(name, version, gate, digest)
-    evaluation = benchmark(config.train.evaluate.model_copy(update={"model": f"models:/{name}/{version}"}),
-                           run_name=f"nightly-v{version}", return_state=True)
-    if evaluation.is_completed():
-        promo.record_benchmark(name, version, benchmark_tags(evaluation.result()))
-    decision = promote(config, version)
-    evaluation.result()  # a failed benchmark fails the night, after the gate recorded it
-    return {"data_version": digest, "version": version, **decision}
+def nightly(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
+    """Data refresh → GX gate → dvc repro → warm-up → discriminator SFT → joint RL → benchmark
+    → promotion gates, as one pipeline run named ``nightly``."""
+    return pipeline(as_config(config), run_name="nightly")
 
 
 @flow(name="promote", log_prints=True)
-def promote(config: NightlyConfig | str = DEFAULT_CONFIG, version: str | None = None,
-            force: bool = False) -> dict:
-    """Evidence of the candidate (default: latest version) and of the champion on the same
-    questions (benchmarked anew when needed) → decision → aliases and tags."""
+def promote(config: PipelineConfig | str = DEFAULT_CONFIG, version: str | None = None,
+            force: bool = False, model: str | None = None) -> dict:
+    """The promotion gate for version ``version`` (default: the latest) of ``model`` (default:
+    the reasoner): its evidence against the champion's on the same items → aliases and tags."""
     config = as_config(config)
+    name, kind = gated_model(config, model)
+    if kind == "paired":
+        raise ValueError(f"{name} is promoted with the reasoner it was trained with: run the "
+                         f"gate of {next(iter(registered_models(config)))} instead")
     tracking.configure()
-    return promotion_gate(config.train.registered_model, config.train.evaluate, config.promotion,
-                          version, force)
-
-
-def promotion_gate(name: str, evaluate: BenchmarkConfig, settings: PromotionSection,
-                   version: str | None = None, force: bool = False) -> dict:
-    """Judge version ``version`` of ``name`` against its champion on the same questions
-    (benchmarking the champion with ``evaluate`` when needed); set aliases and tags."""
-    method = settings.method
-    candidate = promo.candidate_evidence(name, version, method)
-    champion = promo.champion_evidence(name, method)
-    if promo.needs_rebenchmark(candidate, champion):
-        spec = f"models:/{name}/{champion.version}"
-        run = benchmark(evaluate.model_copy(update={"model": spec}),
-                        run_name=f"champion-v{champion.version}")
-        champion = promo.rescored(champion, run["run_id"], method)
-    decision = promo.judge(candidate, champion, settings, force)
-    tags = promo.apply_decision(name, candidate.version, decision)
-    print(f"{name} v{candidate.version}: {decision.alias} — {decision.reason}")
-    return {"version": candidate.version, "alias": decision.alias, **tags}
+    evaluate = recipe_for(config.recipe).config.evaluate
+    return promotion_gate(name, config.promotion, version, force, kind=kind, evaluate=evaluate)
 
 
 @flow(name="rollback", log_prints=True)
-def rollback(config: NightlyConfig | str = DEFAULT_CONFIG) -> dict:
-    """Give `champion` back to the version the current champion replaced."""
-    config = as_config(config)
+def rollback(config: PipelineConfig | str = DEFAULT_CONFIG, model: str | None = None) -> dict:
+    """Give `champion` of ``model`` (default: the reasoner) back to the version it replaced."""
+    name, _ = gated_model(as_config(config), model)
     tracking.configure()
-    name = config.train.registered_model
     restored, demoted = promo.rollback(name)
     print(f"{name}@champion: v{demoted} → v{restored}")
     return {"name": name, "restored": restored, "demoted": demoted}
 
 
-def as_config(config: NightlyConfig | str) -> NightlyConfig:
-    """A config object as is, a path (what deployments pass) read and validated."""
-    return config if isinstance(config, NightlyConfig) else load_config(config, NightlyConfig)
+def registered_models(config: PipelineConfig) -> dict[str, str]:
+    """Name → evidence kind of each model the config registers, the reasoner first:
+    ``answers`` (the reasoner), ``paired`` (trained with it), ``judgments`` (the SFT judge)."""
+    recipe = recipe_for(config.recipe)
+    names = recipe.registry_names()
+    models = {names[agent]: "paired" for agent in recipe.agents} | {names[recipe.agents[0]]: "answers"}
+    sft = discriminator_config(config, recipe)
+    return models | ({} if sft is None else {sft.registered_model: "judgments"})
 
 
-def nightly_training(train_config: TrainFlowConfig, data_digest: str) -> TrainFlowConfig:
-    """The train flow's settings for one night: checkpoints keyed by the data and the training
-    settings (a rerun on the same data resumes instead of starting over); no evaluation inside,
-    the nightly benchmarks the registered candidate itself."""
-    training = train_config.model_copy(update={"evaluate": None})
-    key = f"{data_digest}-{config_hash(training, exclude=training.RUN_CONTROL)}"
-    return training.model_copy(update={"checkpoint_dir": train_config.checkpoint_dir / key})
+def gated_model(config: PipelineConfig, model: str | None) -> tuple[str, str]:
+    """``(name, kind)`` of ``model`` (default: the reasoner); a name the config does not
+    register is an error naming the ones it does."""
+    models = registered_models(config)
+    name = model or next(iter(models))
+    if name not in models:
+        raise ValueError(f"model {name!r}: not registered by this config — choose one of "
+                         f"{', '.join(models)}")
+    return name, models[name]

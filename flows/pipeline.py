@@ -4,18 +4,21 @@ data refresh → GX gate (prepare_data raises on bad data, so a version trained
 here carries ``data.gate = passed`` for the promotion gate) → `dvc repro` → reasoner warm-up → (UR² curation, inside
 the RL stage when the recipe is ur2) → GAR slice labelling + discriminator SFT →
 joint RL (the config's recipe: gar, arr, ur2, grpo) → benchmark of base, warm-up
-and trained reasoner → promotion gate. A stage whose inputs (settings, data
-version, upstream outputs) are unchanged is skipped; a killed pipeline resumes:
-the warm-up and curation are cached, RL resumes from its checkpoints.
+and trained reasoner → promotion gate of every model the run registered. A stage
+whose inputs (settings, data version, upstream outputs) are unchanged is skipped;
+a killed pipeline resumes: the warm-up and curation are cached, RL resumes from
+its checkpoints. Checkpoints, the warm-up and the discriminator's adapter live in
+directories keyed by their inputs, so new data never resumes from an old run's weights.
+The `nightly` flow is this pipeline on the night's config.
 """
 
 from __future__ import annotations
 
 from prefect import flow
 
-from advrag.config import PipelineConfig, load_config
-from advrag.flows.nightly import promotion_gate
+from advrag.config import DiscriminatorSFTConfig, PipelineConfig, config_hash, load_config
 from advrag.flows.prepare_data import prepare_data
+from advrag.flows.promotion import paired_gate, promotion_gate
 from advrag.flows.rl import run_recipe
 from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
@@ -27,27 +30,38 @@ DEFAULT_CONFIG = "configs/pipeline.yaml"
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
+def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pipeline") -> dict:
     """Data → warm-up → discriminator SFT → joint RL → benchmark → promotion (module docstring)."""
     config = as_config(config)
     digest = prepare_data(config.data)["digest"]
     recipe = recipe_for(config.recipe)
-    recipe.config = recipe.config.model_copy(update={"experiment": config.experiment})
+    sft = discriminator_config(config, recipe)
+    keyed = stages.stage_key(recipe.settings_hash(), digest, sft and config_hash(sft))
+    recipe.config = recipe.config.model_copy(update={
+        "experiment": config.experiment, "checkpoint_dir": recipe.config.checkpoint_dir / keyed})
     tracking.configure()
-    tags = {"data.version": digest, "flow": "pipeline", "recipe": recipe.name}
+    tags = {"data.version": digest, "flow": run_name, "recipe": recipe.name}
     params = {"pipeline": config.model_dump(mode="json"), "data": digest}
-    with tracking.tracked_run(config.experiment, "pipeline", params=params, tags=tags) as run_id:
+    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
         start = warm_up_stage(recipe, run_id)
         upstream = [digest, curation.fingerprint(start)[1]]
-        judge = discriminator_stage(config, recipe, start, upstream, run_id)
+        judge = discriminator_stage(config, sft, recipe, start, upstream, run_id)
         trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id)
-        name, version = recipe.registry_names()[recipe.agents[0]], trained["versions"][recipe.agents[0]]
-        promo.record_gate(name, version, {"data.gate": "passed", "data.gate.digest": digest}, digest)
-        decision = promotion_gate(name, recipe.config.evaluate, config.promotion, version)
+        decisions = promotion_stage(config, recipe, trained, judge, digest)
+        decision = decisions[recipe.registry_names()[recipe.agents[0]]]
         summary = report(run_id, trained, judge, decision)
     print(summary)
     return {"run_id": run_id, "data_version": digest, "trained": trained,
-            "discriminator": judge, "decision": decision}
+            "discriminator": judge, "decision": decision, "decisions": decisions}
+
+
+def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
+    """The discriminator SFT's settings (in the pipeline's experiment); None when the recipe
+    trains no discriminator (not GAR, ``discriminator: none``, or no SFT config)."""
+    if recipe.name != "gar" or recipe.config.discriminator == "none" or config.discriminator is None:
+        return None
+    return load_config(config.discriminator, DiscriminatorSFTConfig).model_copy(
+        update={"experiment": config.experiment})
 
 
 def warm_up_stage(recipe: Recipe, parent: str) -> str:
@@ -62,24 +76,22 @@ def warm_up_stage(recipe: Recipe, parent: str) -> str:
     return str(model_dir)
 
 
-def discriminator_stage(config: PipelineConfig, recipe: Recipe, start: str, upstream: list,
-                        parent: str) -> dict | None:
+def discriminator_stage(config: PipelineConfig, sft: DiscriminatorSFTConfig | None, recipe: Recipe,
+                        start: str, upstream: list, parent: str) -> dict | None:
     """GAR's slice labelling + discriminator SFT on the start model; its adapter goes to the recipe."""
-    if recipe.name != "gar" or recipe.config.discriminator == "none" or config.discriminator is None:
+    if sft is None:
         return None
-    from advrag.config import DiscriminatorSFTConfig, config_hash
     from advrag.flows.discriminator_sft import discriminator_sft
 
-    sft = load_config(config.discriminator, DiscriminatorSFTConfig).model_copy(
-        update={"experiment": config.experiment})
     key = stages.stage_key(config_hash(sft, exclude={"experiment"}), *upstream)
+    sft = sft.model_copy(update={"checkpoint_dir": sft.checkpoint_dir / key})
     result = stages.finished_stage(config.cache_dir, "discriminator", key)
     if result is None:
         result = discriminator_sft(sft, base=start, parent=parent)
         stages.record_stage(config.cache_dir, "discriminator", key, result)
     recipe.config = recipe.config.model_copy(
         update={"discriminator_adapter": result["adapter_dir"]})
-    return result
+    return result | {"name": sft.registered_model}
 
 
 def rl_stage(config: PipelineConfig, recipe: Recipe, upstream: list, parent: str) -> dict:
@@ -90,6 +102,28 @@ def rl_stage(config: PipelineConfig, recipe: Recipe, upstream: list, parent: str
         result = run_recipe(recipe, "pipeline", recipe.name, parent=parent)
         stages.record_stage(config.cache_dir, "rl", key, jsonable(result))
     return jsonable(result)
+
+
+def promotion_stage(config: PipelineConfig, recipe: Recipe, trained: dict, judge: dict | None,
+                    digest: str) -> dict[str, dict]:
+    """Every model the run registered, gated: the reasoner on its benchmark, the agents trained
+    with it follow it, the SFT discriminator on its held-out slices; name → decision."""
+    gate = {"data.gate": "passed", "data.gate.digest": digest}
+    names, versions = recipe.registry_names(), dict(trained["versions"])
+    if judge is not None:
+        names, versions = names | {"judge": judge["name"]}, versions | {"judge": judge["version"]}
+    for agent, name in names.items():
+        promo.record_gate(name, versions[agent], gate, digest)
+    reasoner = names[recipe.agents[0]]
+    decisions = {reasoner: promotion_gate(reasoner, config.promotion, versions[recipe.agents[0]],
+                                          evaluate=recipe.config.evaluate)}
+    for agent in recipe.agents[1:]:
+        decisions[names[agent]] = paired_gate(names[agent], versions[agent], reasoner,
+                                              decisions[reasoner])
+    if judge is not None:
+        decisions[judge["name"]] = promotion_gate(judge["name"], config.promotion, judge["version"],
+                                                  kind="judgments")
+    return decisions
 
 
 def jsonable(result: dict) -> dict:
@@ -108,5 +142,5 @@ def report(run_id: str, trained: dict, judge: dict | None, decision: dict) -> st
 
 
 def as_config(config: PipelineConfig | str) -> PipelineConfig:
-    """A config object as is, a path read and validated."""
+    """A config object as is, a path (what deployments pass) read and validated."""
     return config if isinstance(config, PipelineConfig) else load_config(config, PipelineConfig)

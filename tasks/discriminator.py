@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -75,6 +76,11 @@ def write_and_gate(config: DiscriminatorSFTConfig, rows: list[dict],
         if not report.ok:
             raise DataGateError(report.render())
     return path
+
+
+def slice_set_version(path: Path) -> str:
+    """SHA-256 of the slice file: the version DVC's stage output and the MLflow tag agree on."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @task(cache_policy=NO_CACHE)
@@ -170,8 +176,9 @@ def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in metrics.items()})
     tracking.log_figure(run_id, confusion_figure([r["sound"] for r in held], verdicts),
                         "heldout/confusion.png")
-    tracking.log_table(run_id, [{"id": r["id"], "sound": r["sound"], "verdict": v, "p_yes": p,
-                                 "output": o} for r, v, p, o in zip(held, verdicts, p_yes, outputs)],
+    tracking.log_table(run_id, [{"id": r["id"], "slice": r["slice"], "sound": r["sound"],
+                                 "verdict": v, "p_yes": p, "output": o}
+                                for r, v, p, o in zip(held, verdicts, p_yes, outputs)],
                        "heldout/judgments.json")
     return metrics
 

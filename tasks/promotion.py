@@ -1,9 +1,12 @@
 """Prefect tasks of the registry promotion gate: gather evidence, decide, move aliases, roll back.
 
-Evidence lives on the registered versions: ``bench.run_id`` names the benchmark
-run (its status says whether it finished; its predictions tables give the
-per-question EM) and ``data.gate`` / ``data.gate.version`` record that the GX
-gate passed on the data version the model was trained on. Aliases:
+Evidence lives on the registered versions. A reasoner's (kind ``answers``):
+``bench.run_id`` names the benchmark run (its status says whether it finished;
+its predictions tables give the per-question EM). A discriminator's (kind
+``judgments``): ``run_id`` names its SFT run, whose ``heldout/judgments.json``
+gives per held-out slice whether its verdict matched the label. Both:
+``data.gate`` / ``data.gate.version`` record that the GX gate passed on the data
+version the model was trained on. Aliases:
 ``champion`` (serving), ``challenger`` (latest candidate not promoted) and
 ``previous-champion`` (what ``rollback`` restores). Each decision is also
 written as ``promotion.*`` tags on the version, so the history survives alias moves.
@@ -50,19 +53,20 @@ def record_benchmark(name: str, version: str, tags: dict[str, str]) -> None:
 
 
 @task(**IO)
-def candidate_evidence(name: str, version: str | None, method: str) -> Evidence:
-    """The named version (default: the latest) with its benchmark and gate evidence."""
+def candidate_evidence(name: str, version: str | None, method: str,
+                       kind: str = "answers") -> Evidence:
+    """The named version (default: the latest) with its evaluation and gate evidence."""
     version = version or tracking.latest_version(name)
     if version is None:
         raise LookupError(f"model {name!r} has no registered versions: train one first")
-    return _evidence(name, version, method)
+    return _evidence(name, version, method, kind)
 
 
 @task(**IO)
-def champion_evidence(name: str, method: str) -> Evidence | None:
+def champion_evidence(name: str, method: str, kind: str = "answers") -> Evidence | None:
     """The current champion's evidence (None: no champion yet)."""
     version = tracking.alias_version(name, CHAMPION)
-    return None if version is None else _evidence(name, version, method)
+    return None if version is None else _evidence(name, version, method, kind)
 
 
 @task(**IO)
@@ -81,14 +85,14 @@ def needs_rebenchmark(candidate: Evidence, champion: Evidence | None) -> bool:
 
 @task
 def judge(candidate: Evidence, champion: Evidence | None, settings: PromotionSection,
-          force: bool = False) -> Decision:
+          force: bool = False, kind: str = "answers") -> Decision:
     """``advrag.registry.promotion.decide`` on the evidence; ``force`` promotes anyway, saying so."""
     if champion is not None and champion.version == candidate.version:
         return Decision(CHAMPION, "already the champion")
     decision = decide(candidate.em, None if champion is None else champion.em,
                       benchmark_finished=candidate.benchmark_finished,
                       gate_passed=candidate.gate_passed, min_margin=settings.min_margin,
-                      n_boot=settings.n_boot, seed=settings.seed)
+                      n_boot=settings.n_boot, seed=settings.seed, measure=EVIDENCE[kind][2])
     if force and not decision.promote:
         return Decision(CHAMPION, f"forced by the user; the gate said: {decision.reason}",
                         decision.diff, decision.lo, decision.hi)
@@ -142,13 +146,21 @@ def rollback(name: str) -> tuple[str, str]:
     return restored, current
 
 
-def _evidence(name: str, version: str, method: str) -> Evidence:
-    """Read a version's tags, its benchmark run's status and per-question EM."""
+def paired(reasoner: str, version: str, decision: dict[str, str]) -> Decision:
+    """The decision of an agent trained jointly with version ``version`` of ``reasoner``
+    (GAR's discriminator): the pair moves together, so it gets the reasoner's alias."""
+    return Decision(decision["promotion.decision"], f"trained with {reasoner} v{version}, which "
+                    f"became {decision['promotion.decision']}: {decision['promotion.reason']}")
+
+
+def _evidence(name: str, version: str, method: str, kind: str) -> Evidence:
+    """Read a version's tags, its evaluation run's status and per-item scores."""
+    tag, scores, _ = EVIDENCE[kind]
     tags = tracking.model_version_tags(name, version)
-    run_id = tags.get("bench.run_id")
+    run_id = tags.get(tag)
     finished = run_id is not None and tracking.run_status(run_id) == "FINISHED"
     gate = tags.get("data.gate") == "passed" and tags.get("data.gate.version") == tags.get("data.version")
-    return Evidence(version, finished, gate, per_question_em(run_id, method) if finished else None)
+    return Evidence(version, finished, gate, scores(run_id, method) if finished else None)
 
 
 def per_question_em(run_id: str, method: str) -> dict[str, float] | None:
@@ -168,3 +180,21 @@ def per_question_em(run_id: str, method: str) -> dict[str, float] | None:
             digest = hashlib.sha256(content.encode()).hexdigest()[:8]
             em[f"{dataset}/{row['id']}#{digest}"] = float(row["em"])
     return em or None
+
+
+def per_slice_correct(run_id: str, method: str | None = None) -> dict[str, float] | None:
+    """1 per held-out slice the discriminator's verdict got right, 0 otherwise (malformed
+    included), keyed by slice id and a hash of its text and label (None: no judgments)."""
+    if "heldout/judgments.json" not in tracking.list_artifacts(run_id, "heldout"):
+        return None
+    scores = {}
+    for row in tracking.load_table(run_id, "heldout/judgments.json"):
+        digest = hashlib.sha256(json.dumps([row.get("slice"), row["sound"]]).encode()).hexdigest()[:8]
+        scores[f"{row['id']}#{digest}"] = float(row["verdict"] == row["sound"])
+    return scores or None
+
+
+# kind → (the version tag naming the run with its evidence, how to read the per-item scores,
+# what the scores measure): a reasoner's answers, a discriminator's held-out judgments.
+EVIDENCE = {"answers": ("bench.run_id", per_question_em, "EM"),
+            "judgments": ("run_id", per_slice_correct, "verdict accuracy")}

@@ -16,7 +16,6 @@ from advrag.config.flows import (
     DemoConfig,
     GARConfig,
     Method,
-    NightlyConfig,
     PipelineConfig,
     PromotionSection,
     RLRunConfig,
@@ -38,7 +37,7 @@ from advrag.config.loading import (
 __all__ = [
     "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
     "DiscriminatorSFTConfig", "GARConfig",
-    "LoraSettings", "Method", "NightlyConfig", "PipelineConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
+    "LoraSettings", "Method", "PipelineConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
     "SFTConfig", "Strict", "SummaryConfig", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
 ]

@@ -36,8 +36,9 @@ class Decision:
 
 def decide(candidate_em: Mapping[str, float] | None, champion_em: Mapping[str, float] | None, *,
            benchmark_finished: bool, gate_passed: bool, min_margin: float = 0.0,
-           n_boot: int = 2000, seed: int = 0) -> Decision:
-    """Decide from per-question EM keyed by question id (candidate and champion)."""
+           n_boot: int = 2000, seed: int = 0, measure: str = "EM") -> Decision:
+    """Decide from per-item scores keyed by item id (candidate and champion): per-question EM
+    for a reasoner, per-slice verdict correctness for a discriminator; ``measure`` names them."""
     if not benchmark_finished or not candidate_em:
         return Decision(CHALLENGER, "the candidate has no finished benchmark run")
     if not gate_passed:
@@ -50,7 +51,7 @@ def decide(candidate_em: Mapping[str, float] | None, champion_em: Mapping[str, f
     ids = sorted(candidate_em)
     diff, lo, hi = paired_bootstrap_diff_ci([candidate_em[i] for i in ids],
                                             [champion_em[i] for i in ids], n_boot=n_boot, seed=seed)
-    interval = f"EM diff {diff:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}]"
+    interval = f"{measure} diff {diff:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}]"
     if lo > min_margin:
         return Decision(CHAMPION, f"beats the champion: {interval} > {min_margin}", diff, lo, hi)
     return Decision(CHALLENGER, f"not clearly better: {interval}, needs lower bound > "

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -14,7 +18,10 @@ from advrag.engines.local.dual import shared_lora_policies
 from advrag.engines.local.policy import ADAPTER_FILE
 from advrag.flows.discriminator_sft import discriminator_sft
 from advrag.models.loading import load_policy
+from advrag.ops import dataplane
 from advrag.tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(tmp_path, world, index, policy) -> DiscriminatorSFTConfig:
@@ -51,6 +58,11 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
     held = [r for r in rows if r["split"] == "heldout"]
     assert result["metrics"]["n"] == len(held) > 0
     assert sum(r["sound"] for r in rows) * 2 == len(rows)
+    version = hashlib.sha256((tmp_path / "slices" / "slices.jsonl").read_bytes()).hexdigest()
+    assert run.data.tags["data.slices.version"] == result["slices_version"] == version
+    assert client.get_model_version("tiny-discriminator", result["version"]).tags[
+        "data.slices.version"] == version
+    assert_the_cli_writes_the_same_slices(cfg, tmp_path, tmp_path / "slices" / "slices.jsonl")
 
     fresh = shared_lora_policies(load_policy(str(tiny_policy_dir), dtype="float32").model,
                                  cfg.lora, names=("discriminator",))["discriminator"]
@@ -66,3 +78,57 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
     exported = load_policy(result["model_dir"], dtype="float32").model.state_dict()
     assert merged.keys() == exported.keys()
     assert all(torch.allclose(merged[k], exported[k], atol=1e-6) for k in merged)
+
+
+def assert_the_cli_writes_the_same_slices(cfg: DiscriminatorSFTConfig, tmp_path, flow_file):
+    """`advrag gar-slices` (the DVC stage's command) on the same config writes the same bytes."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+
+    settings = cfg.model_dump(mode="json") | {"out_dir": str(tmp_path / "cli-slices")}
+    (tmp_path / "disc.yaml").write_text(yaml.safe_dump(settings))
+    result = CliRunner().invoke(app, ["gar-slices", "--config", str(tmp_path / "disc.yaml")])
+    assert result.exit_code == 0, result.output
+    written = (tmp_path / "cli-slices" / "slices.jsonl").read_bytes()
+    assert written == flow_file.read_bytes()
+    assert hashlib.sha256(written).hexdigest() in result.output
+
+
+def test_dvc_knows_the_slice_stage_and_what_it_depends_on(tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    dataplane.run_dvc(["init", "-q"], tmp_path)
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    listed = dataplane.run_dvc(["stage", "list"], tmp_path)
+    assert "gar-slices" in listed and "processed/gar_slices" in listed
+    dag = dataplane.run_dvc(["dag", "gar-slices", "--dot"], tmp_path)
+    for upstream in ("index", "discriminator-policy-hash"):
+        assert f'"{upstream}" -> "gar-slices"' in dag, dag
+    stage = yaml_stages()["gar-slices"]
+    assert {"data/world/train.jsonl", "data/world/world.json", "processed/index"} <= set(stage["deps"])
+    assert stage["cmd"].startswith("advrag gar-slices --config configs/discriminator.yaml")
+
+
+def test_policy_hash_fingerprints_a_discriminator_config(tmp_path, tiny_policy_dir):
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+    from advrag.curation.curate import policy_fingerprint
+
+    config = tmp_path / "disc.yaml"
+    config.write_text(f"extends: {ROOT / 'configs' / 'discriminator.yaml'}\nmodel: {tiny_policy_dir}\n")
+    out = tmp_path / "policy.sha256"
+    args = ["policy-hash", "--kind", "discriminator", "--config", str(config), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == policy_fingerprint(tiny_policy_dir) + "\n"
+    bad = CliRunner().invoke(app, [*args[:2], "gar", *args[3:]])
+    assert bad.exit_code == 2 and "choose ur2 or discriminator" in bad.output
+
+
+def yaml_stages() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]

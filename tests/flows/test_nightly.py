@@ -1,11 +1,14 @@
-"""The nightly chain end to end (tiny model, small world, real DVC/GX/MLflow/Prefect).
+"""The nightly pipeline end to end (tiny model, small world, real DVC/GX/MLflow/Prefect).
 
-Night 1 registers v1 and makes it champion. Night 2 evaluates on fewer
-questions than the champion's stored results, so the champion is benchmarked
-again on the candidate's questions; the equal candidate becomes challenger
-with the reason recorded, and the unchanged data's gate is a cache hit.
-Night 3's benchmark fails: the candidate is recorded as challenger and the
-night fails.
+Night 1 runs every stage as a run nested under the night's run, registers the
+reasoner, the jointly trained discriminator and the SFT discriminator, and
+makes each champion (the first of its name), with the data gate on every
+version. Night 2, on unchanged data and settings, skips the discriminator SFT
+and the RL stage and registers nothing. Night 3 asks for one more update: RL
+resumes from night 1's checkpoint (one update run, not two), the new reasoner
+is judged against the champion on the same questions and its partner follows
+it. Then `promote --force` and `rollback` move the reasoner's champion there and
+back; the other models are reached by name.
 """
 
 from __future__ import annotations
@@ -16,20 +19,19 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 from prefect.testing.utilities import prefect_test_harness
+from tiny_configs import write_tiny_nightly
 
-from advrag.config import NightlyConfig, load_config
-from advrag.flows.nightly import nightly
+from advrag.flows.nightly import nightly, promote, rollback
 from advrag.ops import dataplane
 from advrag.registry.promotion import CHALLENGER, CHAMPION
+from advrag.tasks import promotion as promo
 from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_ENTITIES = dict(n_countries=3, n_cities=8, n_people=16, n_organisations=6,
                       n_rivers=3, n_mountains=3)
+REASONER, PARTNER, JUDGE = "advrag-reasoner", "advrag-gar-discriminator", "advrag-discriminator"
 pytestmark = pytest.mark.slow
 
 
@@ -45,62 +47,79 @@ def project(tmp_path_factory):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "advrag", root / "advrag")  # stage deps name source files
     base = world.WorldConfig
-    with pytest.MonkeyPatch.context() as patch, prefect_test_harness(server_startup_timeout=120), \
-            temporary_settings({PREFECT_LOCAL_STORAGE_PATH: root / ".prefect-storage"}):
+    with pytest.MonkeyPatch.context() as patch, prefect_test_harness(server_startup_timeout=120):
         patch.chdir(root)
-        patch.setattr(world, "WorldConfig", lambda **kw: base(**SMALL_ENTITIES, **kw))
+        patch.setattr(world, "WorldConfig", lambda **kw: base(**(SMALL_ENTITIES | kw)))
         patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(root / ".mlflow"))
         yield root
 
 
-def tiny_config(project: Path, policy: Path, **evaluate) -> NightlyConfig:
-    config = load_config(ROOT / "configs/nightly-tiny.yaml", NightlyConfig)
-    train = config.train.model_copy(update={
-        "model": str(policy), "checkpoint_dir": project / "ckpt",
-        "evaluate": config.train.evaluate.model_copy(update=evaluate)})
-    return config.model_copy(update={"train": train})
+def nested_runs(client: mlflow.MlflowClient, run_id: str) -> dict[str, str]:
+    """Run name → run id of the runs nested under ``run_id``."""
+    experiment = client.get_run(run_id).info.experiment_id
+    runs = client.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{run_id}'")
+    return {r.info.run_name: r.info.run_id for r in runs}
 
 
-def task_states(flow_run_id) -> dict[str, str]:
-    """Task name → state name of the flow run's own tasks."""
-    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=flow_runs)
-    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+def test_nights_skip_resume_promote_and_roll_back(project, tiny_policy_dir):
+    config = write_tiny_nightly(project, tiny_policy_dir)
+    client = mlflow.MlflowClient(tracking.configure())
 
+    first = nightly(str(config))
+    digest = dataplane.data_version()["digest"]
+    assert first["data_version"] == digest
+    assert client.get_run(first["run_id"]).info.run_name == "nightly"
+    stages = nested_runs(client, first["run_id"])
+    assert set(stages) == {"warm-up", "discriminator-sft", "gar"}
+    assert stages["gar"] == first["trained"]["run_id"]
+    assert stages["discriminator-sft"] == first["discriminator"]["run_id"]
+    decisions = first["decisions"]
+    assert list(decisions) == [REASONER, PARTNER, JUDGE]
+    assert {name: (d["version"], d["alias"]) for name, d in decisions.items()} == {
+        REASONER: ("1", CHAMPION), PARTNER: ("1", CHAMPION), JUDGE: ("1", CHAMPION)}
+    assert decisions[PARTNER]["promotion.reason"] == (
+        f"trained with {REASONER} v1, which became champion: no champion yet; the candidate "
+        "passed its checks")
+    for name in decisions:
+        tags = client.get_model_version(name, "1").tags
+        assert (tags["data.gate"], tags["data.gate.version"], tags["data.version"]) == (
+            "passed", digest, digest), name
+        assert tracking.alias_version(name, CHAMPION) == "1"
+    judge_tags = client.get_model_version(JUDGE, "1").tags
+    assert judge_tags["data.slices.version"] == first["discriminator"]["slices_version"]
+    evidence = promo.candidate_evidence.fn(JUDGE, "1", "search_r1", "judgments")
+    assert evidence.benchmark_finished and evidence.gate_passed
+    assert len(evidence.em) == first["discriminator"]["metrics"]["n"]  # one score per held-out slice
+    assert client.get_model_version(REASONER, "1").tags["bench.world.search_r1.n"] == "4.0000"
 
-def test_nightly_promotes_then_keeps_the_champion_then_fails_safe(project, tiny_policy_dir):
-    client = mlflow.MlflowClient(tracking.configure())  # the module's store, whatever ran before
-    name = "advrag-reasoner"
+    second = nightly(str(config))
+    assert second["discriminator"]["run_id"] == first["discriminator"]["run_id"]  # skipped
+    assert second["trained"]["run_id"] == first["trained"]["run_id"]  # skipped
+    assert set(nested_runs(client, second["run_id"])) == {"warm-up"}  # cached: no SFT steps
+    assert {d["promotion.reason"] for d in second["decisions"].values()} >= {"already the champion"}
+    assert all(tracking.latest_version(name) == "1" for name in decisions)
 
-    first = nightly(tiny_config(project, tiny_policy_dir))
-    assert (first["version"], first["alias"]) == ("1", CHAMPION)
-    assert first["promotion.reason"] == "no champion yet; the candidate passed its checks"
-    tags = client.get_model_version(name, "1").tags
-    assert tags["data.gate"] == "passed" and tags["data.gate.version"] == tags["data.version"]
-    assert tags["data.version"] == first["data_version"] == dataplane.data_version()["digest"]
-    assert tags["bench.world.search_r1.n"] == "4.0000" and tags["git.commit"]
-    assert client.get_run(tags["bench.run_id"]).info.status == "FINISHED"
-    assert tracking.alias_version(name, CHAMPION) == "1"
+    config = write_tiny_nightly(project, tiny_policy_dir, recipe={"steps": 2})
+    third = nightly(str(config))
+    assert third["trained"]["steps_run"] == 1  # resumed from night 1's checkpoint after update 1
+    assert third["discriminator"]["run_id"] == first["discriminator"]["run_id"]
+    decision, partner = third["decisions"][REASONER], third["decisions"][PARTNER]
+    assert decision["version"] == "2" and decision["promotion.compared_with"] == "1"
+    assert decision["alias"] in (CHAMPION, CHALLENGER) and partner["alias"] == decision["alias"]
+    assert partner["promotion.reason"].startswith(f"trained with {REASONER} v2, which became ")
 
-    state = nightly(tiny_config(project, tiny_policy_dir, limit=3), return_state=True)
-    second = state.result()
-    assert (second["version"], second["alias"]) == ("2", CHALLENGER)
-    assert second["promotion.reason"].startswith("not clearly better: EM diff")
-    assert second["promotion.compared_with"] == "1"
-    assert client.get_model_version(name, "2").tags["promotion.reason"] == second["promotion.reason"]
-    assert tracking.alias_version(name, CHAMPION) == "1"
-    assert tracking.alias_version(name, CHALLENGER) == "2"
-    rerun = client.search_runs([client.get_experiment_by_name("advrag-benchmark").experiment_id],
-                               filter_string="attributes.run_name = 'champion-v1'")
-    assert [r.data.metrics["world/search_r1/n"] for r in rerun] == [3.0]
-    states = task_states(state.state_details.flow_run_id)
-    assert states["gate_data"] == "Cached" and states["reproduce_stages"] == "Completed"
-
-    broken = tiny_config(project, tiny_policy_dir, datasets=["missing.jsonl"])
-    with pytest.raises(FileNotFoundError):
-        nightly(broken)
-    tags = client.get_model_version(name, "3").tags
-    assert tags["promotion.decision"] == CHALLENGER and "bench.run_id" not in tags
-    assert tags["promotion.reason"] == "the candidate has no finished benchmark run"
-    assert tracking.alias_version(name, CHAMPION) == "1"
+    forced = promote(str(config), version="2", force=True)
+    assert (forced["version"], forced["alias"]) == ("2", CHAMPION)
+    assert tracking.alias_version(REASONER, CHAMPION) == "2"
+    back = rollback(str(config))
+    assert (back["name"], back["restored"], back["demoted"]) == (REASONER, "1", "2")
+    assert tracking.alias_version(REASONER, CHAMPION) == "1"
+    assert client.get_model_version(REASONER, "2").tags["promotion.rolled_back"].startswith(
+        "champion returned to v1")
+    with pytest.raises(LookupError, match=f"champion v1 of '{JUDGE}' replaced no earlier"):
+        rollback(str(config), model=JUDGE)
+    assert promote(str(config), model=JUDGE)["promotion.reason"] == "already the champion"
+    with pytest.raises(ValueError, match=f"{PARTNER} is promoted with the reasoner"):
+        promote(str(config), model=PARTNER)
+    with pytest.raises(ValueError, match="not registered by this config — choose one of"):
+        promote(str(config), model="advrag-nope")

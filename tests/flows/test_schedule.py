@@ -23,8 +23,9 @@ import httpx
 import mlflow
 import pytest
 import yaml
+from tiny_configs import write_tiny_nightly
 
-from advrag.config import NightlyConfig, load_config
+from advrag.config import PipelineConfig, load_config
 from advrag.ops import dataplane, scheduling
 from advrag.tasks import tracking
 
@@ -42,7 +43,7 @@ def test_deployments_match_the_config_and_the_gpu_workers():
     for d in (local, gpu):
         assert d["entrypoint"] == "flows/nightly.py:nightly"
         assert d["schedules"] == [{"cron": "0 2 * * *", "timezone": "Europe/Berlin", "active": True}]
-        load_config(ROOT / d["parameters"]["config"], NightlyConfig)
+        load_config(ROOT / d["parameters"]["config"], PipelineConfig)
     assert "pull" not in local  # prefect deploy records the checkout it ran in
     variables = (TERRAFORM / "variables.tf").read_text()
     pool = re.search(r'variable "prefect_work_pool" \{[^}]*default\s*=\s*"([^"]+)"', variables)
@@ -69,10 +70,7 @@ def scheduled(tmp_path_factory, tiny_policy_dir):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "advrag", root / "advrag")
     (root / "flows").symlink_to(ROOT / "flows")
-    config = yaml.safe_load((ROOT / "configs/nightly-tiny.yaml").read_text())
-    config["train"]["model"] = str(tiny_policy_dir)
-    (root / "configs").mkdir()
-    (root / "configs/nightly.yaml").write_text(yaml.safe_dump(config))
+    write_tiny_nightly(root, tiny_policy_dir)
     home = root / ".prefect"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(root / ".mlflow"))

@@ -256,16 +256,18 @@ def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) 
     (it writes that view when it starts on an existing store; this one started empty)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from advrag.config import DemoConfig, NightlyConfig, load_config
+    from advrag.config import DemoConfig, PipelineConfig, load_config
     from advrag.flows.benchmark import benchmark
     from advrag.flows.rl import benchmark_tags
+    from advrag.recipes import recipe_for
     from advrag.tasks import tracking
 
     work = make_ui.project
     config = load_config(ROOT / "configs/demo.yaml", DemoConfig).benchmark.model_copy(update=dict(
         model=str(tiny_policy_dir), dtype="float32", world_dir=small_world_dir,
         index_dir=small_index_dir, limit=4, batch_size=4, max_turns=1, max_new_tokens=8))
-    name = load_config(ROOT / "configs/nightly.yaml", NightlyConfig).train.registered_model
+    nightly = load_config(ROOT / "configs/nightly.yaml", PipelineConfig)
+    name = recipe_for(ROOT / nightly.recipe).registry_names()["reasoner"]  # the served reasoner
     with pytest.MonkeyPatch.context() as patch, \
             temporary_settings({PREFECT_API_URL: make_ui.prefect_env["PREFECT_API_URL"]}):
         patch.chdir(work)  # the data version is read from the cwd's DVC files: none here

@@ -16,7 +16,7 @@ from advrag.config import (
     AdversarialRLConfig,
     BenchmarkConfig,
     DemoConfig,
-    NightlyConfig,
+    PipelineConfig,
     TrainFlowConfig,
     config_hash,
     load_config,
@@ -28,9 +28,9 @@ PROBE = ("import sys\nfrom advrag.cli import app\ntry:\n    app(sys.argv[1:])\nf
          "    print(sorted(m for m in ('prefect', 'torch', 'mlflow') if m in sys.modules))")
 TYPO = {"adversarial-rl": "recipe: arr\noptim: {lr_rate: 1.0e-5}\n",
         "rl": "recipe: arr\noptim: {lr_rate: 1.0e-5}\n",
-        "nightly": "train:\n  optim: {lr_rate: 1.0e-5}\n",
-        "promote": "train:\n  optim: {lr_rate: 1.0e-5}\n",
-        "rollback": "train:\n  optim: {lr_rate: 1.0e-5}\n",
+        "nightly": "promotion: {lr_rate: 1.0e-5}\n",
+        "promote": "promotion: {lr_rate: 1.0e-5}\n",
+        "rollback": "promotion: {lr_rate: 1.0e-5}\n",
         "demo": "benchmark: {lr_rate: 1.0e-5}\n",
         "prepare-data": "benchmark: {lr_rate: 1.0e-5}\n",
         "benchmark": "benchmark: {lr_rate: 1.0e-5}\n",
@@ -106,7 +106,7 @@ def test_config_show_detects_the_kind_and_fills_every_default():
 
 @pytest.mark.parametrize(("text", "model"), [
     ("", DemoConfig), ("data: {dvc_repro: true}\n", DemoConfig),
-    ("benchmark: {topk: 2}\n", DemoConfig), ("data: {}\ntrain: {steps: 1}\n", NightlyConfig),
+    ("benchmark: {topk: 2}\n", DemoConfig), ("data: {}\nrecipe: configs/gar.yaml\n", PipelineConfig),
     ("topk: 2\nmodel: x\n", BenchmarkConfig), ("steps: 2\noptim: {lr: 1.0}\n", TrainFlowConfig),
     ("recipe: grpo\n", TrainFlowConfig), ("recipe: arr\n", AdversarialRLConfig),
     ("lam: 0.3\nsteps: 2\n", AdversarialRLConfig)])

@@ -14,7 +14,6 @@ from advrag.config import (
     DemoConfig,
     DiscriminatorSFTConfig,
     GARConfig,
-    NightlyConfig,
     PipelineConfig,
     Strict,
     TrainFlowConfig,
@@ -26,15 +25,16 @@ from advrag.config import (
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": AdversarialRLConfig,
            "arr-no-adv.yaml": AdversarialRLConfig, "arr-no-proc.yaml": AdversarialRLConfig,
-           "nightly.yaml": NightlyConfig, "nightly-tiny.yaml": NightlyConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml"],
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
-                            "gar-ra-only.yaml", "gar-demo.yaml"], GARConfig),
-           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml"], PipelineConfig),
-           "discriminator.yaml": DiscriminatorSFTConfig,
-           "discriminator-demo.yaml": DiscriminatorSFTConfig}
+                            "gar-ra-only.yaml", "gar-demo.yaml", "gar-nightly.yaml", "gar-tiny.yaml"],
+                           GARConfig),
+           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml", "nightly.yaml",
+                            "nightly-tiny.yaml"], PipelineConfig),
+           **dict.fromkeys(["discriminator.yaml", "discriminator-demo.yaml",
+                            "discriminator-tiny.yaml"], DiscriminatorSFTConfig)}
 
 
 def config_models() -> list[type[Strict]]:
@@ -114,10 +114,8 @@ def test_several_problems_are_one_message_with_a_line_each(tmp_path):
 
 
 @pytest.mark.parametrize(("model", "text", "problem"), [
-    (NightlyConfig, "train:\n  lora: {rank: 8}\n",
-     "train.lora.rank: unknown field — did you mean 'r'?"),
-    (NightlyConfig, "train:\n  zzz: 1\n",
-     "train.zzz: unknown field — remove it; valid fields here: checkpoint_dir, checkpoint_every,"),
+    (PipelineConfig, "promotion:\n  n_bot: 8\n",
+     "promotion.n_bot: unknown field — did you mean 'n_boot'?"),
     (BenchmarkConfig, "methods: [cot, naive-rag]\n", "methods[1]: Input should be 'cot', "
      "'naive_rag', 'search_r1' or 'arr' (got 'naive-rag') — did you mean 'naive_rag'?"),
     (TrainFlowConfig, "lora: {target_modules: 5}\n", "lora.target_modules: Input should be a "
@@ -137,8 +135,7 @@ def test_several_problems_are_one_message_with_a_line_each(tmp_path):
      "optim.group_size: both agents share one group size — set group_size at the top level"),
     (AdversarialRLConfig, "lora: null\n", "policies: 'shared_lora' needs lora settings — give "
      "lora, or use policies: separate for full fine-tuning"),
-    (NightlyConfig, "data: {dvc_repro: false}\n", "data.dvc_repro: must be true"),
-    (NightlyConfig, "train: {evaluate: null}\n", "train.evaluate: must run promotion.method"),
+    (PipelineConfig, "data: {dvc_repro: false}\n", "data.dvc_repro: must be true"),
     (TrainFlowConfig, "temperature: 0\n", "temperature: Input should be greater than 0"),
     (TrainFlowConfig, "optim: {seed: -1}\n", "optim.seed: Input should be greater than or equal"),
     (TrainFlowConfig, "lora: {dropout: 1.0}\n", "lora.dropout: Input should be less than 1"),
@@ -180,11 +177,11 @@ def test_missing_file_says_where_examples_are(tmp_path):
 
 def test_broken_or_binary_yaml_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(write(tmp_path, "train: {optim: [\n"), NightlyConfig)
+        load_config(write(tmp_path, "promotion: {n_boot: [\n"), PipelineConfig)
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(binary, NightlyConfig)
+        load_config(binary, PipelineConfig)
 
 
 def test_extends_lays_the_file_over_its_parent(tmp_path):

@@ -186,14 +186,59 @@ def test_rollback_walks_back_the_chain_and_errors_when_empty(name, files):
     assert tracking.alias_version(name, promo.PREVIOUS) is None
 
 
+def nightly_config(tmp_path, reasoner: str, judge: str) -> str:
+    """A nightly config whose GAR recipe registers ``reasoner`` and whose SFT judge is ``judge``."""
+    (tmp_path / "gar.yaml").write_text(f"recipe: gar\nregistered_reasoner: {reasoner}\n")
+    (tmp_path / "disc.yaml").write_text(f"registered_model: {judge}\n")
+    config = tmp_path / "nightly.yaml"
+    config.write_text(f"recipe: {tmp_path / 'gar.yaml'}\ndiscriminator: {tmp_path / 'disc.yaml'}\n")
+    return str(config)
+
+
 def test_rollback_command_reports_a_missing_champion(name, tmp_path):
     from advrag.cli import app
 
-    config = tmp_path / "nightly.yaml"
-    config.write_text(f"train: {{registered_model: {name}}}\n")
-    result = CliRunner().invoke(app, ["rollback", "--config", str(config)])
+    config = nightly_config(tmp_path, name, f"{name}-judge")
+    result = CliRunner().invoke(app, ["rollback", "--config", config])
     assert result.exit_code == 1
     assert f"model '{name}' has no champion: nothing to roll back" in result.output
+    result = CliRunner().invoke(app, ["rollback", "--config", config, "--model", f"{name}-judge"])
+    assert result.exit_code == 1
+    assert f"model '{name}-judge' has no champion: nothing to roll back" in result.output
+    result = CliRunner().invoke(app, ["promote", "--config", config, "--model", "nope"])
+    assert result.exit_code == 2
+    assert (f"model 'nope': not registered by this config — choose one of {name}, "
+            f"advrag-gar-discriminator, {name}-judge") in result.output
+
+
+def judged(name: str, model_dir, right: set[int], n: int = 20) -> str:
+    """A registered discriminator whose SFT run judged ``n`` held-out slices, ``right`` of them
+    correctly (the others: the wrong verdict, or none for every third)."""
+    rows = [{"id": f"s{i}", "slice": f"slice {i}", "sound": i % 2 == 0,
+             "verdict": (i % 2 == 0) if i in right else (None if i % 3 == 0 else i % 2 == 1),
+             "p_yes": 0.5, "output": "…"} for i in range(n)]
+    with tracking.tracked_run("disc", "d") as run_id:
+        tracking.log_table(run_id, rows, "heldout/judgments.json")
+        version = tracking.register_model_dir(run_id, model_dir, name)
+    tracking.set_model_version_tags(name, version, {
+        "run_id": run_id, "data.version": "d1", "data.gate": "passed", "data.gate.version": "d1"})
+    return version
+
+
+def test_a_discriminator_is_gated_on_its_held_out_verdicts(name, files, tmp_path):
+    from advrag.flows.nightly import promote, rollback
+
+    config = nightly_config(tmp_path, f"{name}-r", name)
+    first = judged(name, files, set(range(10)))
+    evidence = promo.candidate_evidence.fn(name, first, "search_r1", "judgments")
+    assert sorted(evidence.em.values()) == [0.0] * 10 + [1.0] * 10  # malformed counts as wrong
+    assert promote(config, model=name)["alias"] == CHAMPION
+    better = judged(name, files, set(range(20)))  # 20 vs 10 of 20 right, no paired diff < 0
+    tags = promote(config, model=name)
+    assert tags["version"] == better and tags["alias"] == CHAMPION
+    assert tags["promotion.reason"].startswith("beats the champion: verdict accuracy diff +0.500")
+    assert rollback(config, model=name) == {"name": name, "restored": first, "demoted": better}
+    assert tracking.alias_version(name, CHAMPION) == first
 
 
 @pytest.mark.slow
