@@ -5,6 +5,8 @@ Pure of tracking: tasks log the figures these return.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -229,8 +231,11 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
                          f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} |")
     if judge is not None:
         m = judge["metrics"]
-        lines += ["", f"Discriminator on its held-out slices: accuracy {m['accuracy']:.3f}, "
-                  f"F1 {m['f1']:.3f}, AUROC {m['auroc']:.3f} ({m.get('n', '?')} slices)."]
+        lines += ["", f"Discriminator on its held-out slices ({m.get('n', '?')}): written "
+                  f"verdicts accuracy {m['accuracy']:.3f}, F1 {m['f1']:.3f}, "
+                  f"{m.get('malformed', 0):.0f} malformed; P(yes) at its verdict (what GAR's "
+                  f"rewards read) accuracy {m.get('p_yes_accuracy', math.nan):.3f}, "
+                  f"AUROC {m['auroc']:.3f}."]
     lines += ["", f"Registry: v{decision['version']} → {decision['alias']} — "
               f"{decision.get('promotion.reason', '')}"]
     return "\n".join(lines)

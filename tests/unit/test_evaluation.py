@@ -40,3 +40,19 @@ def test_score_rows_and_summary_by_hand():
     assert 0.0 <= summary["em_lo"] <= 0.5 <= summary["em_hi"] <= 1.0
     table = results_markdown({("cot", "world"): summary})
     assert "| cot | world | 2 | 0.500 |" in table
+
+
+def test_pipeline_table_reports_both_judge_readings_and_the_decision():
+    from advrag.evaluation.reports import pipeline_markdown
+
+    row = {"n": 32, "em": 0.125, "em_lo": 0.031, "em_hi": 0.25, "f1": 0.133, "f1_lo": 0.031,
+           "f1_hi": 0.258, "format_errors": 0.03, "n_searches": 0.88}
+    judge = {"metrics": {"n": 10, "accuracy": 0.0, "f1": 0.0, "malformed": 10.0,
+                         "p_yes_accuracy": 0.7, "auroc": 0.781}}
+    decision = {"version": "1", "alias": "champion", "promotion.reason": "no champion yet"}
+    text = pipeline_markdown({"warmup": {"search_r1/world": row}}, judge, decision)
+    assert "| warmup (search_r1/world) | 32 | 0.125 [0.031, 0.250] | 0.133 [0.031, 0.258] " \
+           "| 0.03 | 0.88 |" in text
+    assert ("held-out slices (10): written verdicts accuracy 0.000, F1 0.000, 10 malformed; "
+            "P(yes) at its verdict (what GAR's rewards read) accuracy 0.700, AUROC 0.781.") in text
+    assert text.endswith("Registry: v1 → champion — no champion yet")

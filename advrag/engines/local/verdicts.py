@@ -106,10 +106,14 @@ def judgment_loss(policy: TrainablePolicy, tokenizer, trajectories: Sequence[Tra
 
 def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
                      p_yes: Sequence[float | None]) -> dict[str, float]:
-    """Accuracy, macro F1 over yes/no, AUROC of P(yes), and the malformed count.
+    """Accuracy, macro F1 over yes/no, AUROC of P(yes), the malformed count, and the
+    accuracy of P(yes) ≥ 0.5.
 
     A malformed output (no verdict) is wrong for accuracy and F1; AUROC ranks the
     outputs that have a P(yes) and is NaN unless both labels are among them.
+    ``p_yes_accuracy`` reads the judgment GAR's rewards use, P(yes) at "Verdict:",
+    instead of the written word: an output with "Verdict:" but no parsable yes/no
+    still has one; an output without "Verdict:" is wrong.
     """
     from sklearn.metrics import f1_score, roc_auc_score
 
@@ -123,4 +127,6 @@ def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
         "auroc": float(roc_auc_score([s for s, _ in scored], [p for _, p in scored]))
         if both else math.nan,
         "malformed": float(said.count("malformed")),
+        "p_yes_accuracy": sum(p is not None and (p >= 0.5) == s for s, p in zip(sound, p_yes))
+        / max(len(sound), 1),
     }
