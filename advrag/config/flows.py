@@ -196,6 +196,11 @@ class RLRunConfig(Strict):
     max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
+    rollout_backend: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="Rollouts: 'hf' = transformers generate (a bf16 copy under cpu_bf16); "
+        "'vllm' = a vLLM engine per agent that receives the new weights after every update "
+        "(`make vllm`); 'auto' = vLLM where it is installed and runs the model, else transformers.",
+    )
 
 
 class TrainFlowConfig(RLRunConfig):
@@ -210,11 +215,6 @@ class TrainFlowConfig(RLRunConfig):
         default_factory=lambda: TrainConfig(lr=1e-5, group_size=4, micro_batch_size=4,
                                             max_seq_len=1024),
         description="Optimiser and GRPO settings (lr, kl_coef, advantage, group_size, …).",
-    )
-    rollout_backend: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="Rollouts: 'hf' = transformers generate on the training model; 'vllm' "
-        "= a vLLM engine that receives the new weights after every update (`make vllm`); 'auto' = "
-        "vLLM where it is installed and runs the model, else transformers.",
     )
     warmup: WarmupSection | None = Field(
         default_factory=WarmupSection,

@@ -56,7 +56,7 @@ class ArrRecipe(Recipe):
         """Both agents (adapters on one base, or two models), their trainers and generators."""
         from advrag.engines.local import dual as d
         from advrag.engines.local.trainer import seed_everything
-        from advrag.models.loading import load_policy
+        from advrag.models.loading import load_policy, resolve_model_dir
 
         c = self.config
         configs = agent_configs(c)
@@ -73,7 +73,11 @@ class ArrRecipe(Recipe):
                 keep_reference=any(x.kl_coef > 0 for x in configs.values()))
         tokenizers = {name: p.tokenizer for name, p in loaded.items()}
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)
-        self.generators = d.agent_generators(policies, tokenizers, temperature=c.temperature)
+        dirs = {"reasoner": start_model, "verifier": start_model if c.policies == "shared_lora"
+                else c.verifier_model or start_model}
+        self.generators = d.agent_generators(
+            policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
+            model_dirs={name: resolve_model_dir(spec) for name, spec in dirs.items()})
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One joint update: rollout → score → reasoner update → verifier update."""

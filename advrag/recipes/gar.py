@@ -54,7 +54,7 @@ class GarRecipe(Recipe):
         from advrag.engines.local import dual as d
         from advrag.engines.local.trainer import seed_everything
         from advrag.engines.local.verdicts import verdict_probabilities
-        from advrag.models.loading import load_policy
+        from advrag.models.loading import load_policy, resolve_model_dir
 
         c = self.config
         if c.discriminator == "fixed" and c.discriminator_adapter is None:
@@ -71,7 +71,9 @@ class GarRecipe(Recipe):
             c.optim.model_dump() | c.discriminator_optim)}
         self.trainers = d.AgentTrainers.build({a: policies[a] for a in self.agents}, tokenizers,
                                               configs)
-        self.generators = d.agent_generators(policies, tokenizers, temperature=c.temperature)
+        self.generators = d.agent_generators(
+            policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
+            model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)))
         if "discriminator" in policies:
             self.scorer = partial(verdict_probabilities, policies["discriminator"], loaded.tokenizer)
         self.count_tokens = lambda text: len(loaded.tokenizer(text, add_special_tokens=False)

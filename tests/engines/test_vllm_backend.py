@@ -232,6 +232,43 @@ def test_pushed_lora_adapter_is_merged(engine, policy):
 
 @pytest.mark.slow
 @needs_vllm
+def test_each_agent_samples_its_own_adapter_on_its_own_engine(model_dir, policy):
+    """ARR/GAR on vLLM: two adapters on one base, one engine each; each engine's greedy output
+    is transformers' on a copy with only that agent's adapter merged, whichever is active, and
+    an update pushed to one agent leaves the other's engine as it was."""
+    from advrag.engines.local.dual import agent_generators, shared_lora_policies
+    from advrag.engines.local.generation import inference_copy
+    from advrag.engines.local.policy import LoraSettings
+
+    policies = shared_lora_policies(copy.deepcopy(policy.model), LoraSettings(r=4, alpha=8),
+                                    cpu_bf16=False)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for agent in policies.values():
+            for weight in agent.trainable_parameters():
+                weight.normal_(0.0, 0.1)
+    model = policies["reasoner"].model
+    expected = {name: hf_greedy(inference_copy(model, torch.float32, name), policy.tokenizer)
+                for name in policies}
+    assert expected["reasoner"] != expected["verifier"]
+    policies["verifier"].activate()  # the active adapter must not decide what an engine gets
+    engines = agent_generators(policies, dict.fromkeys(policies, policy.tokenizer),
+                               temperature=0.0, batch_size=4, backend="vllm",
+                               model_dirs=dict.fromkeys(policies, model_dir), kv_cache_gib=0.25)
+    for name, engine in engines.items():
+        assert engine.adapter == name
+        assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected[name]
+    with torch.no_grad():
+        for weight in policies["reasoner"].trainable_parameters():
+            weight.normal_(0.0, 0.1)
+    engines["reasoner"].push_weights(model)
+    assert engines["reasoner"].generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        inference_copy(model, torch.float32, "reasoner"), policy.tokenizer)
+    assert engines["verifier"].generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected["verifier"]
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_make_generator_starts_from_the_models_current_weights(model_dir, policy):
     """The factory's engine starts on the saved base, then samples the wrapped LoRA policy."""
     from peft import LoraConfig, get_peft_model

@@ -16,9 +16,10 @@ for a shared base). A kill between the two agents' saves leaves one agent a
 step ahead; ``AgentTrainers.resume`` loads the newest step that *both* have, so
 it needs ``keep_last >= 2``.
 
-Sampling must use the agent's own adapter: ``agent_generators`` wraps the
-shared model's generator in ``AdapterGenerator``, which activates the
-adapter before every ``generate`` call.
+Sampling must use the agent's own adapter: ``agent_generators`` gives each
+agent a copy with only its adapter merged (a vLLM engine, or a bf16 copy under
+CPU bf16, pushed after its updates), or wraps the shared model's generator in
+``AdapterGenerator``, which activates the adapter before every ``generate`` call.
 """
 
 from __future__ import annotations
@@ -154,27 +155,36 @@ class AdapterGenerator:
 
 
 def agent_generators(policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any], *,
-                     temperature: float, batch_size: int = 64) -> dict[str, TextGenerator]:
-    """A sampling generator per agent on its policy's current weights (see ``agent_generator``)."""
+                     temperature: float, batch_size: int = 64, backend: str = "hf",
+                     model_dirs: Mapping[str, str | Path] | None = None, **engine
+                     ) -> dict[str, TextGenerator]:
+    """A sampling generator per agent on its policy's current weights (see ``agent_generator``);
+    ``model_dirs``: each agent's base checkpoint directory (what a vLLM engine starts from);
+    ``engine``: vLLM engine settings (``make_generator``'s)."""
     return {name: agent_generator(policy, tokenizers[name], temperature=temperature,
-                                  batch_size=batch_size)
+                                  batch_size=batch_size, backend=backend,
+                                  model_dir=(model_dirs or {}).get(name, ""), **engine)
             for name, policy in policies.items()}
 
 
 def agent_generator(policy: TrainablePolicy, tokenizer, *, temperature: float,
-                    batch_size: int) -> TextGenerator:
-    """One agent's sampler, in the dtype its policy computes in.
+                    batch_size: int, backend: str = "hf", model_dir: str | Path = "",
+                    **engine) -> TextGenerator:
+    """One agent's sampler, in the dtype its policy computes in, on ``backend``
+    (``make_generator``'s; vLLM needs ``model_dir``, the base checkpoint).
 
-    Under bf16 autocast over fp32 weights: a bf16 copy with this agent's adapter
-    merged (``SnapshotGenerator``; ``push_weights`` after each of its updates),
-    faster than sampling through autocast. Otherwise the live weights, this
-    agent's adapter activated before each call.
+    vLLM: an engine of this agent's own, its adapter merged into every push.
+    transformers under bf16 autocast over fp32 weights: a bf16 copy with this
+    agent's adapter merged (``SnapshotGenerator``; ``push_weights`` after each
+    of its updates), faster than sampling through autocast. Otherwise the live
+    weights, this agent's adapter activated before each call.
     """
     adapter = policy.name if isinstance(policy, AdapterPolicy) else None
-    generator = make_generator("hf", policy.model, tokenizer, "", adapter=adapter,  # no dir: hf
+    generator = make_generator(backend, policy.model, tokenizer, model_dir, adapter=adapter,
                                temperature=temperature, batch_size=batch_size,
-                               autocast=policy.autocast)
-    live = adapter and not isinstance(generator, SnapshotGenerator)
+                               autocast=policy.autocast, **engine)
+    live = adapter and isinstance(generator, HFGenerator) and not isinstance(
+        generator, SnapshotGenerator)
     return AdapterGenerator(generator, policy) if live else generator
 
 

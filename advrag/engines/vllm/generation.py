@@ -105,16 +105,20 @@ class VLLMGenerator(ChatPrompting):
     cast to it. ``enforce_eager`` (default) skips vLLM's torch.compile: on this
     2-core CPU the engine then starts in about 10 s instead of 80 s, for rollouts
     within 15 % of the compiled graph's speed (``bench/results/rollout_replay.json``).
+    ``adapter``: on a base shared by several LoRA adapters, the one merged into
+    every push (one engine per agent).
     """
 
     def __init__(self, model_dir: str | Path, tokenizer, *, temperature: float = 0.0,
                  top_p: float = 1.0, batch_size: int = 32, max_prompt_tokens: int = 2048,
                  dtype: str = "float32", kv_cache_gib: float = 2.0,
-                 max_model_len: int | None = None, enforce_eager: bool = True, seed: int = 0):
+                 max_model_len: int | None = None, enforce_eager: bool = True, seed: int = 0,
+                 adapter: str | None = None):
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.top_p = top_p
         self.max_prompt_tokens = max_prompt_tokens
+        self.adapter = adapter
         self.generated_tokens = 0
         self.last_completion_tokens: list[int] = []
         """Tokens each completion of the last ``generate`` call got (as ``HFGenerator``'s)."""
@@ -161,6 +165,7 @@ class VLLMGenerator(ChatPrompting):
         so no KV computed with the old weights is reused.
         """
         self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": checkpoint_weights(model)}
+            "reload_weights",
+            kwargs={"weights_iterator": checkpoint_weights(model, self.adapter)}
         )
         self.llm.reset_prefix_cache()

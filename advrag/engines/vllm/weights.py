@@ -39,10 +39,11 @@ def _lora_deltas(model: nn.Module) -> dict[str, nn.Module]:
     return layers
 
 
-def _merged(layer: nn.Module, base_weight: Tensor) -> Tensor:
-    """``base_weight`` plus every active adapter's delta (a new tensor)."""
+def _merged(layer: nn.Module, base_weight: Tensor, only: str | None) -> Tensor:
+    """``base_weight`` plus the delta of adapter ``only``, or of every active adapter when None
+    (a new tensor)."""
     merged = base_weight.detach().clone()
-    for adapter in layer.active_adapters:
+    for adapter in [only] if only else layer.active_adapters:
         if adapter not in layer.lora_A and adapter not in layer.lora_embedding_A:
             continue
         if layer.use_dora.get(adapter, False):
@@ -52,12 +53,15 @@ def _merged(layer: nn.Module, base_weight: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def checkpoint_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+def checkpoint_weights(model: nn.Module, adapter: str | None = None
+                       ) -> Iterator[tuple[str, Tensor]]:
     """Yield ``(checkpoint name, tensor)`` for every weight of ``model``.
 
     ``model`` is a transformers causal LM, possibly wrapped by peft with LoRA
     adapters: each adapted linear layer yields ``W + scale·B·A`` under the
     base layer's name, and the adapter tensors themselves are not yielded.
+    ``adapter``: on a base shared by several adapters (ARR's, GAR's agents),
+    merge only this one, whichever is active; None merges the active ones.
 
     Raises:
         ValueError: the peft wrapper holds something other than LoRA on linear
@@ -78,6 +82,6 @@ def checkpoint_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
         if owner.endswith(".base_layer"):
             owner = owner.removesuffix(".base_layer")
             if leaf == "weight" and owner in lora_layers:
-                tensor = _merged(lora_layers[owner], tensor)
+                tensor = _merged(lora_layers[owner], tensor, adapter)
             name = f"{owner}.{leaf}"
         yield name, tensor.detach()
