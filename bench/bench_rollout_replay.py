@@ -16,8 +16,9 @@ Episodes (``configs/train.yaml``'s settings: temperature 1, top-3 dense
 retrieval over ``processed/index``):
 - ``search_r1``: the Search-R1 loop on ``batch`` train questions, 2 turns, 64
   new tokens per call (+ the forced answer);
-- ``arr`` (transformers only: ARR samples from one bf16 copy per agent):
-  ``configs/arr.yaml``'s dialogues, ``arr-questions`` × group 4.
+- ``arr``: ``configs/arr.yaml``'s dialogues, ``arr-questions`` × group 4, each
+  agent sampled from its own copy (a bf16 copy or a vLLM engine) with only its
+  adapter merged.
 
 Per repeat (after one warm-up round) the loop runs with every ``generate``
 call recorded (``advrag.engines.replay``), then the same engine replays the
@@ -76,24 +77,31 @@ def lora_policy(config):
     return policy, loaded
 
 
+def engine_options(mode: str) -> tuple[str, dict]:
+    """``mode``'s back-end and its engine settings."""
+    if mode.startswith("vllm"):
+        return "vllm", {"enforce_eager": mode == "vllm-eager"}
+    return "hf", {}
+
+
 def search_r1_generators(mode: str, config):
     """The train flow's generator for ``mode``; {name: generator}, tokenizer, engine start s."""
     from advrag.engines.generators import make_generator
 
     policy, loaded = lora_policy(config)
-    backend = "vllm" if mode.startswith("vllm") else "hf"
-    options = {"enforce_eager": mode == "vllm-eager"} if backend == "vllm" else {}
+    backend, engine = engine_options(mode)
     started = time.perf_counter()
     generator = make_generator(backend, policy.model, loaded.tokenizer, loaded.source,
                                temperature=config.temperature, batch_size=64,
-                               autocast=policy.autocast, **options)
+                               autocast=policy.autocast, **engine)
     return {"policy": generator}, loaded.tokenizer, time.perf_counter() - started
 
 
-def arr_generators(config):
-    """One bf16 copy per ARR agent (``dual.agent_generators``), adapters drawn non-zero."""
+def arr_generators(mode: str, config):
+    """One sampler per ARR agent (``dual.agent_generators`` on ``mode``'s back-end), adapters
+    drawn non-zero."""
     from advrag.engines.local import dual
-    from advrag.models.loading import load_policy
+    from advrag.models.loading import load_policy, resolve_model_dir
 
     loaded = load_policy(config.model, dtype="float32")
     policies = dual.shared_lora_policies(loaded.model, config.lora, cpu_bf16=True)
@@ -104,7 +112,10 @@ def arr_generators(config):
                 weight.normal_(0, ADAPTER_STD)
     tokenizers = dict.fromkeys(policies, loaded.tokenizer)
     started = time.perf_counter()
-    generators = dual.agent_generators(policies, tokenizers, temperature=config.temperature)
+    backend, engine = engine_options(mode)
+    generators = dual.agent_generators(
+        policies, tokenizers, temperature=config.temperature, backend=backend,
+        model_dirs=dict.fromkeys(policies, resolve_model_dir(config.model)), **engine)
     for name, generator in generators.items():
         generator.push_weights(policies[name].model)
     return generators, loaded.tokenizer, time.perf_counter() - started
@@ -158,14 +169,13 @@ def run_mode(mode: str, args) -> list[dict]:
     train = load_qa(Path("data/world/train.jsonl"))
     model = {"model": args.model}
     episodes = {"search_r1": (load_config(Path("configs/train.yaml"), TrainFlowConfig)
-                              .model_copy(update=model), train[: args.batch])}
-    if mode == "hf-bf16":
-        episodes["arr"] = (load_config(Path("configs/arr.yaml"), AdversarialRLConfig)
-                           .model_copy(update=model), train[: args.arr_questions])
+                              .model_copy(update=model), train[: args.batch]),
+                "arr": (load_config(Path("configs/arr.yaml"), AdversarialRLConfig)
+                        .model_copy(update=model), train[: args.arr_questions])}
     rows = []
     for episode, (config, records) in episodes.items():
-        build = arr_generators if episode == "arr" else lambda c: search_r1_generators(mode, c)
-        generators, tokenizer, start_s = build(config)
+        build = arr_generators if episode == "arr" else search_r1_generators
+        generators, tokenizer, start_s = build(mode, config)
         runs = [measure(episode, generators, tokenizer, retriever, records, config)
                 for _ in range(args.repeats + 1)][1:]
         rows.append({"mode": mode, "episode": episode, "engine_start_s": start_s,

@@ -1,13 +1,15 @@
 """One GRPO update on mixed-length rollouts, four ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
+                                 [--full] [--ways "+ scored head"]
 
 Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 0–2 rounds of 64 policy tokens + ~400 tokens of retrieved passages, then a
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
-train config's micro-batch of 4) updates on them four ways, each adding one
-change to the previous, interleaved in one process:
+train config's micro-batch of 4; ``--full``: full fine-tuning instead of
+LoRA) updates on them four ways (``--ways``: a subset), each adding one change
+to the previous, interleaved in one process:
 
 - ``before``: micro-batches of consecutive rows, the old-log-prob pass before
   the step, the LM head over every position (the update as it was);
@@ -97,8 +99,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--full", action="store_true", help="full fine-tuning, not LoRA")
+    parser.add_argument("--ways", nargs="+", choices=list(WAYS), default=list(WAYS))
     parser.add_argument("--out", type=Path, default=Path("bench/results/update.json"))
     args = parser.parse_args()
+    ways = {name: WAYS[name] for name in args.ways}
 
     from advrag.engines.local import logprobs
     from advrag.engines.local import trainer as trainer_module
@@ -108,19 +113,19 @@ def main() -> None:
 
     loaded = load_policy("smollm2")
     n_params = sum(p.numel() for p in loaded.model.parameters())
-    policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32),
-                             keep_reference=False, cpu_bf16=True)
+    lora = None if args.full else LoraSettings(r=16, alpha=32)
+    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=False, cpu_bf16=True)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
         lr=1e-5, kl_coef=0.0, micro_batch_size=args.micro_batch, max_seq_len=2048, group_size=4))
     trajectories = rollouts(loaded.tokenizer, args.batch)
     scores = torch.arange(args.batch, dtype=torch.float32) % 3
     groups = [i // 4 for i in range(args.batch)]
     strategies = {"batch order": in_batch_order, "by length": logprobs.micro_batches}
-    times: dict[str, list[float]] = {name: [] for name in WAYS}
+    times: dict[str, list[float]] = {name: [] for name in ways}
     tokens = 0.0
     heads = {True: logprobs.scored_logits, False: head_everywhere}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head) in WAYS.items():
+        for name, (grouping, old_pass, scored_head) in ways.items():
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]
             start = time.perf_counter()
@@ -132,16 +137,17 @@ def main() -> None:
     logprobs.scored_logits = heads[True]
     peak = matmul_peak_gflops("bfloat16")
     rows = {}
-    for name, (grouping, old_pass, _) in WAYS.items():
+    for name, (grouping, old_pass, _) in ways.items():
         seconds = statistics.median(times[name])
         rows[name] = {"update_s": seconds, "real_tokens": tokens,
                       "forward_positions": computed_positions(
                           trainer, trajectories, strategies[grouping], 1 + old_pass),
                       "gflops_6NT": 6 * n_params * tokens / seconds / 1e9,
                       "share_of_bf16_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
-    names = list(WAYS)
+    names = list(ways)
     write_report(args.out, {
         "bench": "bench/bench_update.py", "batch": args.batch, "micro_batch": args.micro_batch,
+        "training": "full" if args.full else "LoRA r=16",
         "bf16_cpu": policy.cpu_bf16, "bf16_matmul_peak_gflops": peak, "rows": rows,
         "speedup_each": {now: rows[was]["update_s"] / rows[now]["update_s"]
                          for was, now in zip(names, names[1:])},
