@@ -49,20 +49,6 @@ MODES = ["hf-bf16", "vllm-eager", "vllm-compiled"]
 ADAPTER_STD = 0.005  # LoRA A and B entries: a merged delta ~1 % of SmolLM2's weights
 
 
-class TimedRetriever:
-    """Counts the seconds spent in ``search``."""
-
-    def __init__(self, inner):
-        self.inner, self.seconds = inner, 0.0
-
-    def search(self, queries, k):
-        started = time.perf_counter()
-        try:
-            return self.inner.search(queries, k)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-
 def lora_policy(config):
     """SmolLM2 + LoRA as the train flow builds it, adapters drawn non-zero (a trained policy)."""
     from advrag.engines.local.policy import TrainablePolicy
@@ -137,6 +123,7 @@ def run_episode(episode: str, generators: dict, retriever, records, config) -> N
 
 def measure(episode: str, generators: dict, tokenizer, retriever, records, config) -> dict:
     """One loop run with recorded calls, then their raw replay on the same engines."""
+    from advrag.engines.local.arr_step import TimedRetriever
     from advrag.engines.replay import RecordingGenerator, replay, reset_prefix_cache
 
     for generator in generators.values():

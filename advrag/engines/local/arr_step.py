@@ -118,7 +118,7 @@ class _TimedGenerator:
             self.seconds += time.perf_counter() - started
 
 
-class _TimedRetriever:
+class TimedRetriever:
     """Counts the seconds spent in ``search``."""
 
     def __init__(self, inner: Retriever):
@@ -205,7 +205,7 @@ def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator]
     repeated = [record for record in records for _ in range(config.group_size)]
     reasoner, verifier = _TimedGenerator(generators["reasoner"]), _TimedGenerator(
         generators["verifier"])
-    timed_retriever = _TimedRetriever(retriever)
+    timed_retriever = TimedRetriever(retriever)
     dialogues = run_arr_dialogue(
         [r.question for r in repeated], reasoner, verifier, timed_retriever,
         max_turns=config.max_turns, topk=config.topk, max_new_tokens=config.max_new_tokens,
