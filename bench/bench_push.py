@@ -1,13 +1,16 @@
 """Refreshing a bf16 sampling copy after an update: in place vs building a new merged copy.
 
-    python bench/bench_push.py [--repeats 5]
+    python bench/bench_push.py [--repeats 5] [--vllm]
 
 SmolLM2-135M with the two LoRA adapters ARR puts on one base (r=16). After
 every update a ``SnapshotGenerator`` must sample the new weights: ``push_weights``
 now overwrites its bf16 copy in place (base weight + the adapter's delta per
 layer); before, it deep-copied the model, merged the adapter and cast the copy
-(``inference_copy``). Both ways run interleaved in one process; medians after
-one warm-up round. The test suite checks the two give bitwise equal weights.
+(``inference_copy``). ``--vllm`` adds the vLLM back-end's push: the same
+adapter merged into an eager vLLM-CPU engine's bf16 weights (``reload_weights``)
+and its prefix cache dropped. The ways run interleaved in one process; medians
+after one warm-up round. The test suite checks the first two give bitwise equal
+weights.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from reporting import write_report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--vllm", action="store_true", help="also time a vLLM engine's push")
     parser.add_argument("--out", type=Path, default=Path("bench/results/push.json"))
     args = parser.parse_args()
 
     from advrag.engines.local.dual import shared_lora_policies
     from advrag.engines.local.generation import SnapshotGenerator, inference_copy
     from advrag.engines.local.policy import LoraSettings
-    from advrag.models.loading import load_policy
+    from advrag.models.loading import load_policy, resolve_model_dir
 
     loaded = load_policy("smollm2", dtype="float32")
     model = shared_lora_policies(loaded.model, LoraSettings(r=16, alpha=32))["reasoner"].model
@@ -38,6 +42,12 @@ def main() -> None:
                                   adapter="reasoner")
     ways = {"new merged copy": lambda: inference_copy(model, torch.bfloat16, "reasoner"),
             "in place": lambda: generator.push_weights(model)}
+    if args.vllm:
+        from advrag.engines.vllm.generation import VLLMGenerator
+
+        engine = VLLMGenerator(resolve_model_dir("smollm2"), loaded.tokenizer, dtype="bfloat16",
+                               kv_cache_gib=0.5, adapter="reasoner")
+        ways["vLLM engine"] = lambda: engine.push_weights(model)
     times: dict[str, list[float]] = {name: [] for name in ways}
     for repeat in range(args.repeats + 1):  # the first round warms up
         for name, push in ways.items():
