@@ -176,6 +176,30 @@ def gar_curves(history: list[dict[str, float]]):
     return fig
 
 
+def slice_score_histograms(slice_log: list[dict]):
+    """The discriminator's P(yes) on reference vs generated slices, one panel for the first and
+    one for the last logged update (GAR: a judge that learns pushes them apart).
+
+    ``slice_log``: per update ``{"step", "reference": [p, ...], "generated": [p, ...]}``.
+    """
+    if not slice_log:
+        raise ValueError("no slice scores to plot: run at least one judged update first")
+    plt = _pyplot()
+    shown = [slice_log[0]] if len(slice_log) == 1 else [slice_log[0], slice_log[-1]]
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.2), squeeze=False)
+    bins = np.linspace(0, 1, 21)
+    for ax, entry in zip(axes[0], shown):
+        for kind, color in (("reference", "tab:green"), ("generated", "tab:red")):
+            ax.hist(entry[kind], bins=bins, alpha=0.6, color=color,
+                    label=f"{kind} ({len(entry[kind])})")
+        ax.set_title(f"update {entry['step']}", loc="left", fontsize=9)
+        ax.set_xlabel("P(yes) at the verdict")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("slices")
+    fig.tight_layout()
+    return fig
+
+
 JUDGED_TEXT_CHARS = 240  # slice and rationale characters shown per panel (longer ones end in "…")
 
 

@@ -41,6 +41,7 @@ class GarRecipe(Recipe):
         self.scorer = None
         self.count_tokens = None
         self.last_batch: tuple | None = None  # (retriever, records) of the latest update
+        self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
@@ -87,7 +88,7 @@ class GarRecipe(Recipe):
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
         return gar_step(self.trainers, self.generators, retriever, records, self.config,
                         references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
-                        step=self.trainers.step)
+                        step=self.trainers.step, slice_log=self.slice_log)
 
     def reference_slices(self, record: QARecord, retriever: Retriever) -> list:
         """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""
@@ -119,11 +120,18 @@ class GarRecipe(Recipe):
         return {agent: names[agent] for agent in self.agents}
 
     def figures(self, history: list[dict[str, float]]) -> dict:
-        """The reasoner's reward and answer score; the discriminator's scores and accuracy; and
-        the trained judge's verdicts and rationales on a few slices of the last batch."""
-        from advrag.evaluation.reports import gar_curves, judged_slices_figure
+        """The reasoner's reward and answer score; the discriminator's scores and accuracy; the
+        histograms of its slice scores (first and last update of this run); and the trained
+        judge's verdicts and rationales on a few slices of the last batch."""
+        from advrag.evaluation.reports import (
+            gar_curves,
+            judged_slices_figure,
+            slice_score_histograms,
+        )
 
         figures = {"gar_curves.png": gar_curves(history)}
+        if self.slice_log:  # the judge ran (slices it could not score are left out; 0 shows)
+            figures["slice_scores.png"] = slice_score_histograms(self.slice_log)
         examples = [] if self.scorer is None or self.last_batch is None else \
             self.judged_examples(*self.last_batch)
         if examples:

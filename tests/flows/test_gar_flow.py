@@ -37,7 +37,7 @@ def test_gar_updates_and_registers_both_agents(
         assert [m.step for m in client.get_metric_history(result["run_id"], name)] == [0, 1], name
     assert set(result["versions"]) == {"reasoner", "discriminator"}
     figures = {a.path for a in client.list_artifacts(result["run_id"])}
-    assert {"gar_curves.png", "judged_slices.png"} <= figures
+    assert {"gar_curves.png", "judged_slices.png", "slice_scores.png"} <= figures
     png = client.download_artifacts(result["run_id"], "judged_slices.png", str(tmp_path / "dl"))
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     examples = recipe.judged_examples(*recipe.last_batch)
@@ -71,6 +71,7 @@ def test_without_a_discriminator_only_the_reasoner_trains(
     assert "reasoner/reward_mean" in metrics and "discriminator/accuracy" not in metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(result["run_id"])}
     assert "gar_curves.png" in artifacts and "judged_slices.png" not in artifacts  # nobody judges
+    assert "slice_scores.png" not in artifacts
 
 
 def test_a_fixed_discriminator_needs_its_sft_adapter(tmp_path, tiny_policy_dir):

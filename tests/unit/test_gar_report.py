@@ -51,3 +51,20 @@ def test_rationale_is_the_text_after_its_label():
     out = "Analysis: names Oslo.\nVerdict: yes\nRationale: the passage says so.\n"
     assert rationale(out) == "the passage says so."
     assert rationale("Verdict: no") == ""
+
+
+def test_slice_score_histograms_show_the_first_and_last_update():
+    from advrag.evaluation.reports import slice_score_histograms
+
+    log = [{"step": 0, "reference": [0.9, 0.8], "generated": [0.1]},
+           {"step": 1, "reference": [0.7], "generated": [0.2, 0.3, 0.35]},
+           {"step": 2, "reference": [0.95, 0.85, 0.9], "generated": [0.05, 0.1]}]
+    fig = slice_score_histograms(log)
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["update 0", "update 2"]
+    counts = [sum(bar.get_height() for bar in container) for container in fig.axes[1].containers]
+    assert counts == [3, 2]  # the last update's 3 reference and 2 generated slices
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == [
+        "reference (3)", "generated (2)"]
+    assert len(slice_score_histograms(log[:1]).axes) == 1
+    with pytest.raises(ValueError, match="no slice scores"):
+        slice_score_histograms([])

@@ -104,8 +104,9 @@ def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
 def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
              retriever: Retriever, records: Sequence[QARecord], config: GARConfig, *,
              references: Sequence[Slice], scorer: Callable | None, count_tokens: Callable,
-             step: int) -> dict[str, float]:
-    """One joint update (module docstring); the step's metrics."""
+             step: int, slice_log: list[dict] | None = None) -> dict[str, float]:
+    """One joint update (module docstring); the step's metrics. ``slice_log``, when given, gets
+    the step's P(yes) per slice kind: ``{"step", "reference": [...], "generated": [...]}``."""
     started = time.perf_counter()
     reasoner = trainers["reasoner"]
     reasoner.policy.model.eval()
@@ -122,7 +123,7 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     if scorer is not None:
         slice_scores = _judge_and_train_discriminator(
             trainers, generators, trajectories, repeated, answer_scores, config, references,
-            scorer, count_tokens, step, metrics)
+            scorer, count_tokens, step, metrics, slice_log)
     rewards = torch.tensor([reasoner_reward(m, s, config.lam1, config.lam2)
                             for m, s in zip(answer_scores, slice_scores)])
     judged = time.perf_counter()
@@ -139,11 +140,15 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
 
 def _judge_and_train_discriminator(trainers, generators, trajectories, repeated, answer_scores,
                                    config: GARConfig, references, scorer, count_tokens, step,
-                                   metrics: dict[str, float]) -> list[list[float]]:
+                                   metrics: dict[str, float], slice_log) -> list[list[float]]:
     """Slice, judge, reward and (when trainable) update the discriminator; each rollout's slice scores."""
     generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens)
     slices = generated + reference_slices(references, len(generated), seed=step)
     judgments, probs = judge(generators["discriminator"], scorer, slices, config.max_judge_tokens)
+    if slice_log is not None:
+        slice_log.append({"step": step, **{kind: [p for s, p in zip(slices, probs) if p is not None
+                                                  and (s.trajectory is None) == (kind == "reference")]
+                                           for kind in ("reference", "generated")}})
     correct = [m >= 1.0 for m in answer_scores]
     per_rollout: list[list[float]] = [[] for _ in trajectories]
     for s, p in zip(slices, probs):
