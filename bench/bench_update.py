@@ -1,7 +1,7 @@
 """One GRPO update on mixed-length rollouts, four ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
-                                 [--full] [--ways "+ scored head"]
+                                 [--full] [--ways "+ scored head"] [--attn sdpa eager]
 
 Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 0–2 rounds of 64 policy tokens + ~400 tokens of retrieved passages, then a
@@ -9,7 +9,9 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
 LoRA) updates on them four ways (``--ways``: a subset), each adding one change
-to the previous, interleaved in one process:
+to the previous, interleaved in one process (``--attn``: each way once per
+attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
+flash kernel — against ``eager``):
 
 - ``before``: micro-batches of consecutive rows, the old-log-prob pass before
   the step, the LM head over every position (the update as it was);
@@ -101,9 +103,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="full fine-tuning, not LoRA")
     parser.add_argument("--ways", nargs="+", choices=list(WAYS), default=list(WAYS))
+    parser.add_argument("--attn", nargs="+", choices=["sdpa", "eager"], default=["sdpa"])
     parser.add_argument("--out", type=Path, default=Path("bench/results/update.json"))
     args = parser.parse_args()
-    ways = {name: WAYS[name] for name in args.ways}
+    ways = {name + ("" if args.attn == ["sdpa"] else f" [{attn}]"): WAYS[name] + (attn,)
+            for name in args.ways for attn in args.attn}
 
     from advrag.engines.local import logprobs
     from advrag.engines.local import trainer as trainer_module
@@ -125,7 +129,8 @@ def main() -> None:
     tokens = 0.0
     heads = {True: logprobs.scored_logits, False: head_everywhere}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head) in ways.items():
+        for name, (grouping, old_pass, scored_head, attn) in ways.items():
+            loaded.model.set_attn_implementation(attn)
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]
             start = time.perf_counter()
@@ -137,7 +142,7 @@ def main() -> None:
     logprobs.scored_logits = heads[True]
     peak = matmul_peak_gflops("bfloat16")
     rows = {}
-    for name, (grouping, old_pass, _) in ways.items():
+    for name, (grouping, old_pass, _, _) in ways.items():
         seconds = statistics.median(times[name])
         rows[name] = {"update_s": seconds, "real_tokens": tokens,
                       "forward_positions": computed_positions(
