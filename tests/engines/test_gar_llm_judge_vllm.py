@@ -25,6 +25,7 @@ from pathlib import Path
 from random import Random
 
 import pytest
+from small_worlds import bm25_world
 
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.curation.gar_data import corrupted_copy, substitutes
@@ -37,11 +38,7 @@ from advrag.curation.gar_llm_judge import (
     judge_prompt,
     parse_judgment,
 )
-from advrag.datasets.world import WorldConfig, generate_world
 from advrag.engines.endpoint import OpenAIChatGenerator
-from advrag.retrieval.base import Passage
-from advrag.retrieval.bm25 import BM25Index
-from advrag.retrieval.retriever import BM25Retriever
 
 pytestmark = [
     pytest.mark.slow,
@@ -115,12 +112,7 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def queries():
     """Real slices: grounded demonstrations of a generated world's questions and corrupted copies."""
-    world = generate_world(WorldConfig(seed=2, n_countries=3, n_cities=8, n_people=16,
-                                       n_organisations=6, n_rivers=3, n_mountains=3,
-                                       n_train=6, n_dev=0, n_test=0))
-    passages = [Passage(p["id"], p["contents"]) for p in world.passages]
-    retriever = BM25Retriever(BM25Index.build([p.contents for p in passages], progress=False),
-                              passages)
+    world, retriever = bm25_world(seed=2, n_train=6)
     records = {r.question: r for r in world.splits["train"]}
     lexicon, rng = world_lexicon(world), Random(0)
     pool = substitutes(lexicon, records.values())

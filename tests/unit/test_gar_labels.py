@@ -6,6 +6,7 @@ import dataclasses
 from random import Random
 
 import pytest
+from small_worlds import bm25_world
 
 from advrag.agents.types import Segment
 from advrag.curation.demonstrations import build_demonstrations
@@ -23,10 +24,6 @@ from advrag.curation.gar_labels import (
     world_lexicon,
 )
 from advrag.datasets.records import QARecord
-from advrag.datasets.world import WorldConfig, generate_world
-from advrag.retrieval.base import Passage
-from advrag.retrieval.bm25 import BM25Index
-from advrag.retrieval.retriever import BM25Retriever
 
 LEXICON = WorldLexicon({
     **{n: (n, "person") for n in ("Ada Vell", "Bo Rask", "Cy Moor")},
@@ -181,12 +178,7 @@ def test_discriminator_prompt_carries_question_slice_and_format():
 @pytest.fixture(scope="module")
 def world_demos():
     """A small generated world, its BM25 retriever, and grounded demonstrations over it."""
-    world = generate_world(WorldConfig(seed=2, n_countries=3, n_cities=8, n_people=16,
-                                       n_organisations=6, n_rivers=3, n_mountains=3,
-                                       n_train=20, n_dev=0, n_test=0))
-    passages = [Passage(p["id"], p["contents"]) for p in world.passages]
-    retriever = BM25Retriever(BM25Index.build([p.contents for p in passages], progress=False),
-                              passages)
+    world, retriever = bm25_world(seed=2, n_train=20)
     records = {r.question: r for r in world.splits["train"]}
     demos = build_demonstrations(list(records.values()), retriever, str, topk=3, max_turns=4)
     pairs = [(demo, records[demo.segments[0].text.rsplit("Question: ", 1)[1].strip()])

@@ -137,18 +137,11 @@ def test_demonstration_reasoning_slices_one_per_turn(demos):
 
 @pytest.fixture(scope="module")
 def demos():
-    from advrag.curation.demonstrations import build_demonstrations
-    from advrag.datasets.world import WorldConfig, generate_world
-    from advrag.retrieval.base import Passage
-    from advrag.retrieval.bm25 import BM25Index
-    from advrag.retrieval.retriever import BM25Retriever
+    from small_worlds import bm25_world
 
-    world = generate_world(WorldConfig(seed=3, n_countries=3, n_cities=8, n_people=16,
-                                       n_organisations=6, n_rivers=3, n_mountains=3,
-                                       n_train=12, n_dev=0, n_test=0))
-    passages = [Passage(p["id"], p["contents"]) for p in world.passages]
-    retriever = BM25Retriever(BM25Index.build([p.contents for p in passages], progress=False),
-                              passages)
+    from advrag.curation.demonstrations import build_demonstrations
+
+    world, retriever = bm25_world(seed=3, n_train=12)
     built = build_demonstrations(world.splits["train"], retriever, str, topk=3, max_turns=4)
     assert len(built) >= 8
     return built
