@@ -56,7 +56,7 @@ test: install vllm
 lint: install
 	$(VENV)/bin/ruff check advrag models tasks flows tests bench
 
-bench: install $(VENV)/.bench-installed
+bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/bench_generation.py
 	$(PY) bench/bench_train.py --cpu-bf16
@@ -66,6 +66,9 @@ bench: install $(VENV)/.bench-installed
 	$(PY) bench/bench_push.py
 	$(PY) bench/bench_difficulty_rollouts.py
 	$(PY) bench/bench_trl.py --cpu-bf16
+	$(PY) bench/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
+	$(PY) bench/bench_rollout_replay.py
+	$(PY) bench/bench_cost_growth.py
 	$(PY) bench/bench_demo.py
 	$(PY) bench/bench_ur2.py
 
