@@ -43,10 +43,11 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
     tags = {"data.version": digest, "flow": run_name, "recipe": recipe.name}
     params = {"pipeline": config.model_dump(mode="json"), "data": digest}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
-        start = warm_up_stage(recipe, run_id)
+        start = warm_up_stage(recipe, run_id, digest)
         upstream = [digest, curation.fingerprint(start)[1]]
         judge = discriminator_stage(config, sft, recipe, start, upstream, run_id)
-        trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id)
+        trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id,
+                           slice_tags(judge))
         decisions = promotion_stage(config, recipe, trained, judge, digest)
         decision = decisions[recipe.registry_names()[recipe.agents[0]]]
         summary = report(run_id, trained, judge, decision)
@@ -64,12 +65,14 @@ def discriminator_config(config: PipelineConfig, recipe: Recipe) -> Discriminato
         update={"experiment": config.experiment})
 
 
-def warm_up_stage(recipe: Recipe, parent: str) -> str:
-    """The reasoner's SFT warm-up (cached by its settings) in a nested run; the start model."""
+def warm_up_stage(recipe: Recipe, parent: str, digest: str) -> str:
+    """The reasoner's SFT warm-up (cached by its settings) in a nested run tagged with the data
+    version; the start model."""
     if recipe.config.warmup is None:
         return recipe.config.model
     retriever, records = rl.training_data(recipe.config)
-    with tracking.tracked_run(recipe.config.experiment, "warm-up", parent=parent) as run_id:
+    with tracking.tracked_run(recipe.config.experiment, "warm-up", parent=parent,
+                              tags={"data.version": digest}) as run_id:
         model_dir, history = rl.warm_up(recipe, retriever, records)
         for i, metrics in enumerate(history):
             tracking.log_metrics(run_id, {f"warmup/{k}": v for k, v in metrics.items()}, step=i)
@@ -94,12 +97,20 @@ def discriminator_stage(config: PipelineConfig, sft: DiscriminatorSFTConfig | No
     return result | {"name": sft.registered_model}
 
 
-def rl_stage(config: PipelineConfig, recipe: Recipe, upstream: list, parent: str) -> dict:
-    """Joint RL + benchmark of base/warm-up/trained (skipped when already done on these inputs)."""
+def slice_tags(judge: dict | None) -> dict[str, str]:
+    """The slice set's version for the RL run's tags (none without a discriminator stage)."""
+    return {"data.slices.version": judge["slices_version"]} if judge and "slices_version" in judge \
+        else {}
+
+
+def rl_stage(config: PipelineConfig, recipe: Recipe, upstream: list, parent: str,
+             tags: dict[str, str]) -> dict:
+    """Joint RL + benchmark of base/warm-up/trained (skipped when already done on these inputs);
+    ``tags``: the versions of what it trained with besides the data (the slice set)."""
     key = stages.stage_key(recipe.settings_hash(), recipe.config.steps, *upstream)
     result = stages.finished_stage(config.cache_dir, "rl", key)
     if result is None:
-        result = run_recipe(recipe, "pipeline", recipe.name, parent=parent)
+        result = run_recipe(recipe, "pipeline", recipe.name, parent=parent, tags=tags)
         stages.record_stage(config.cache_dir, "rl", key, jsonable(result))
     return jsonable(result)
 

@@ -26,15 +26,16 @@ def rl_flow(config: str, run_name: str | None = None) -> dict:
     return run_recipe(recipe, "rl", run_name or recipe.name)
 
 
-def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None = None) -> dict:
-    """Run ``recipe`` end to end in one MLflow run (nested under ``parent`` if given);
-    returns the run, models and benchmarks."""
+def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None = None,
+               tags: dict[str, str] | None = None) -> dict:
+    """Run ``recipe`` end to end in one MLflow run (nested under ``parent`` if given, with
+    ``tags`` besides its own); returns the run, models and benchmarks."""
     config = recipe.config
     tracking.configure()
     version = data.data_version()
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": flow_name, "recipe": recipe.name,
-            "model": config.model}
+            "model": config.model, **(tags or {})}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                               parent=parent) as run_id:
         retriever, records = rl.training_data(config)

@@ -82,8 +82,10 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
     children = mlflow.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{first['run_id']}'",
                                   output_format="list")
     assert {run.info.run_name for run in children} == {"warm-up", "discriminator-sft", "gar"}
-    assert all(run.data.tags["data.version"] == first["data_version"] for run in children
-               if "data.version" in run.data.tags)
+    assert all(run.data.tags["data.version"] == first["data_version"] for run in children)
+    slices = {run.info.run_name: run.data.tags.get("data.slices.version") for run in children}
+    assert slices["gar"] == slices["discriminator-sft"] == first["discriminator"]["slices_version"]
+    assert len(slices["gar"]) == 64  # the slice file's SHA-256
     assert "pipeline.md" in {a.path for a in mlflow.MlflowClient().list_artifacts(first["run_id"])}
 
     second = pipeline(config)
