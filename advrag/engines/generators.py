@@ -70,6 +70,9 @@ GENERATORS: dict[str, Callable[..., TextGenerator]] = {
     "vllm": _vllm_generator,
 }
 VLLM_CPU_MIN_HEAD_SIZE = 32
+VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enforce_eager", "seed"})
+"""Settings only a vLLM engine takes: dropped when the back-end is transformers (``auto`` may
+pick either, so a caller can pass them either way)."""
 
 
 def resolve_backend(backend: str, model: nn.Module) -> str:
@@ -96,10 +99,14 @@ def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | P
     ``options`` go to the generator's constructor: sampling (``temperature``,
     ``top_p``), ``batch_size``, ``max_prompt_tokens``, ``autocast`` (for vLLM it
     only picks the default ``dtype``), and for vLLM the engine settings
-    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``).
+    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``; ignored
+    when the back-end is transformers).
     """
     if backend != "auto" and backend not in GENERATORS:
         raise ValueError(
             f"unknown generation back-end {backend!r}: choose one of {sorted(GENERATORS)} or 'auto'."
         )
-    return GENERATORS[resolve_backend(backend, model)](model, tokenizer, model_dir, **options)
+    backend = resolve_backend(backend, model)
+    if backend == "hf":
+        options = {k: v for k, v in options.items() if k not in VLLM_ENGINE_OPTIONS}
+    return GENERATORS[backend](model, tokenizer, model_dir, **options)

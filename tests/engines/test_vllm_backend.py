@@ -109,6 +109,9 @@ def test_auto_backend_picks_vllm_only_where_it_can_run_the_model(policy, tiny_po
     assert resolve_backend("vllm", small_heads) == "vllm"
     assert resolve_backend("auto", small_heads) == "hf"
     assert resolve_backend("auto", policy.model) == ("hf" if VLLM_MISSING else "vllm")
+    generator = make_generator("auto", small_heads, policy.tokenizer, tiny_policy_dir,
+                               kv_cache_gib=0.25, enforce_eager=True, batch_size=4)
+    assert isinstance(generator, HFGenerator)  # vLLM-only settings are dropped, not an error
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert resolve_backend("auto", policy.model) == "hf"
 
