@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from stand_in_http import QuietHandler, running_server
 
 from advrag.config import DiscriminatorSFTConfig
 from advrag.curation.gar_llm_judge import make_slice_judge
@@ -29,34 +28,20 @@ def _reply(slice_text: str) -> str:
     return f"Analysis: The slice was read.\nVerdict: {verdict}\nRationale: Hash {pick}."
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self):
-        self._send({"data": [{"id": "hash-judge"}]})
+        self.send_text(200, json.dumps({"data": [{"id": "hash-judge"}]}))
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         slice_text = body["messages"][-1]["content"].rsplit("Slice: ", 1)[1].removesuffix("\n")
-        self._send({"choices": [{"message": {"content": _reply(slice_text)}}]})
-
-    def _send(self, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.send_text(200, json.dumps({"choices": [{"message": {"content": _reply(slice_text)}}]}))
 
 
 @pytest.fixture()
 def endpoint():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with running_server(_Handler) as httpd:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
 
 
 def test_llm_labelled_slices_are_balanced_gated_and_counted(

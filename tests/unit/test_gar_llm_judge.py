@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from pydantic import ValidationError
+from stand_in_http import QuietHandler, running_server
 
 from advrag.config import DiscriminatorSFTConfig
 from advrag.config.gar import JudgeSection
@@ -109,11 +108,11 @@ def test_malformed_and_partial_replies_name_their_reason(reply, reason):
 GOOD = "Analysis: It names the right spouse.\nVerdict: yes\nRationale: Passage 1 says so."
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     """OpenAI-compatible: the slice's marker picks the reply (GOOD, echo, 500, slow, not JSON)."""
 
     def do_GET(self):
-        self._send(200, json.dumps({"data": [{"id": "judge-model"}]}))
+        self.send_text(200, json.dumps({"data": [{"id": "judge-model"}]}))
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -123,35 +122,18 @@ class _Handler(BaseHTTPRequestHandler):
         if "SLOW" in marker:
             time.sleep(1.5)
         if "FAIL" in marker:
-            return self._send(500, "internal error")
+            return self.send_text(500, "internal error")
         if "NOTJSON" in marker:
-            return self._send(200, "<html>proxy page</html>")
+            return self.send_text(200, "<html>proxy page</html>")
         content = "I think it is fine." if "ECHO" in marker else GOOD
-        self._send(200, json.dumps({"choices": [{"message": {"content": content}}]}))
-
-    def _send(self, status, text):
-        data = text.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-        except BrokenPipeError:
-            pass  # the client stopped waiting (the timeout case)
-
-    def log_message(self, *args):
-        pass
+        self.send_text(200, json.dumps({"choices": [{"message": {"content": content}}]}))
 
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    httpd.prompts = []
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with running_server(_Handler) as httpd:
+        httpd.prompts = []
+        yield httpd
 
 
 def _url(httpd) -> str:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from stand_in_http import QuietHandler, running_server
 
 from advrag.agents.prompts import SUMMARY_FALLBACK_MESSAGE, format_docs
 from advrag.config.flows import SummaryConfig
@@ -212,7 +211,7 @@ def test_summary_config_from_command_line_values():
 # ---------------------------------------------------------------- OpenAI-compatible client
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     """A minimal OpenAI-compatible server: one model; echoes a summary; "SLOW" sleeps 2 s."""
 
     def do_GET(self):
@@ -233,30 +232,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send({"object": "chat.completion", "choices": [choice]})
 
     def _send(self, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-        except BrokenPipeError:
-            pass  # the client gave up waiting (the timeout test)
-
-    def log_message(self, *args):
-        pass
+        self.send_text(200, json.dumps(payload), "application/json")
 
 
 @pytest.fixture(scope="module")
 def endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with running_server(_Handler) as server:
+        server.requests = []
+        yield server
 
 
 def _url(server) -> str:
