@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from advrag.agents.types import Trajectory
-from advrag.engines.local.logprobs import micro_batches, sequence_logprobs, token_logprobs
+from advrag.engines.local.logprobs import (
+    MATH_ATTENTION_MAX_WIDTH,
+    micro_batches,
+    sequence_logprobs,
+    token_logprobs,
+)
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 from advrag.models.loading import load_policy
 
@@ -90,22 +95,40 @@ def test_only_scored_positions_reach_the_head_unless_it_scales_its_logits(policy
 
 
 def test_padding_columns_do_not_change_real_tokens(policy, batch):
-    extra = 7
-    padded = Batch(
-        input_ids=torch.nn.functional.pad(
-            batch.input_ids, (0, extra), value=policy.tokenizer.pad_token_id
-        ),
-        attention_mask=torch.nn.functional.pad(batch.attention_mask, (0, extra)),
-        loss_mask=torch.nn.functional.pad(batch.loss_mask, (0, extra)),
-        segment_ids=torch.nn.functional.pad(batch.segment_ids, (0, extra), value=-1),
-        truncated_mask=batch.truncated_mask,
-    )
+    padded = _padded(batch, 7, policy.tokenizer.pad_token_id)
     with torch.no_grad():
         plain, _ = token_logprobs(policy.model, batch)
         wide, _ = token_logprobs(policy.model, padded)
     seq = batch.input_ids.shape[1]
     torch.testing.assert_close(wide[:, :seq], plain, atol=1e-5, rtol=0)
     assert torch.all(wide[:, seq:] == 0)
+
+
+def _padded(batch: Batch, extra: int, pad_id: int) -> Batch:
+    """``batch`` with ``extra`` padding columns on the right."""
+    def pad(values, value=0):
+        return torch.nn.functional.pad(values, (0, extra), value=value)
+
+    return Batch(input_ids=pad(batch.input_ids, pad_id), attention_mask=pad(batch.attention_mask),
+                 loss_mask=pad(batch.loss_mask), segment_ids=pad(batch.segment_ids, -1),
+                 truncated_mask=batch.truncated_mask)
+
+
+def test_short_micro_batches_run_the_math_attention_kernel_to_the_same_values(policy, batch):
+    flash_enabled = []
+    hook = policy.model.get_decoder().register_forward_pre_hook(
+        lambda *_: flash_enabled.append(torch.backends.cuda.flash_sdp_enabled()))
+    short = _padded(batch, MATH_ATTENTION_MAX_WIDTH - batch.input_ids.shape[1],
+                    policy.tokenizer.pad_token_id)
+    wide = _padded(short, 1, policy.tokenizer.pad_token_id)
+    try:
+        with torch.no_grad():
+            math, _ = token_logprobs(policy.model, short)
+            flash, _ = token_logprobs(policy.model, wide)
+    finally:
+        hook.remove()
+    assert flash_enabled == [False, True]
+    torch.testing.assert_close(math, flash[:, :MATH_ATTENTION_MAX_WIDTH], atol=1e-5, rtol=0)
 
 
 def test_micro_batching_equals_one_batch(policy, batch):

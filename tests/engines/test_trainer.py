@@ -291,6 +291,42 @@ def test_cpu_bf16_autocast_trains_and_stays_close_to_fp32(tiny_policy_dir):
     assert any(not torch.equal(before[n], p) for n, p in _params(trainer).items())
 
 
+def test_lora_under_bf16_runs_frozen_weights_from_bf16_copies_bit_for_bit(tiny_policy_dir):
+    """The bf16 copies of the frozen base change no log-prob or gradient, and follow the base."""
+    from torch import nn
+
+    from advrag.engines.local.policy import _BF16_COPIES
+
+    trainer = _trainer(tiny_policy_dir, lora=True, kl_coef=0.0)
+    policy = trainer.policy
+    policy.cpu_bf16 = True  # emulated where the CPU lacks bf16: the same rounding either way
+    for name, param in policy.model.named_parameters():
+        if "lora_B" in name:  # peft starts B at 0: make the adapter matter
+            nn.init.normal_(param, std=0.05)
+    frozen = {m: m.weight for m in policy.model.modules()
+              if isinstance(m, nn.Linear) and not m.weight.requires_grad}
+    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS)
+
+    def measured() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return policy.logprobs(inputs.batch, micro_batch_size=2)[0], _grads(trainer, inputs)
+
+    copies, copies_grads = measured()
+    assert all(module in _BF16_COPIES for module in frozen) and frozen  # each ran from a copy
+    assert all(module.weight is weight for module, weight in frozen.items())  # restored after
+    policy.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # autocast's own casts
+    plain, plain_grads = measured()
+    assert torch.equal(copies, plain)
+    assert all(torch.equal(copies_grads[n], plain_grads[n]) for n in plain_grads)
+    del policy.autocast
+    base = next(iter(frozen.values()))
+    with torch.no_grad():
+        base.mul_(1.5)  # an in-place change of the base: the copy is remade
+    changed = policy.logprobs(inputs.batch, micro_batch_size=2)[0]
+    assert not torch.equal(changed, copies)
+    policy.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    assert torch.equal(changed, policy.logprobs(inputs.batch, micro_batch_size=2)[0])
+
+
 def test_update_returns_the_sampling_entropy_it_measured(tiny_policy_dir):
     trainer = _trainer(tiny_policy_dir)
     batch = trainer.encode(_trajectories())

@@ -86,6 +86,8 @@ def test_checkpoint_weights_merge_lora_like_peft_and_leave_the_model_alone(polic
         torch.testing.assert_close(pushed[name], tensor, rtol=0, atol=1e-6)
     q_proj = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(pushed[q_proj], policy.model.state_dict()[q_proj])
+    as_bf16 = dict(checkpoint_weights(peft_model, dtype=torch.bfloat16))
+    assert all(torch.equal(as_bf16[n], t.to(torch.bfloat16)) for n, t in pushed.items())
     after = peft_model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
 

@@ -7,6 +7,11 @@ positions that predict a scored token go through the LM head: its
 vocabulary-wide matmul, log-softmax and entropy over every prompt and retrieved
 token were a third of a SmolLM2 update (``bench/bench_update.py``).
 
+On a CPU, micro-batches of at most ``MATH_ATTENTION_MAX_WIDTH`` tokens run
+SDPA's math kernel instead of its flash kernel, whose fixed cost per call
+(mostly in the backward) is not repaid on short rows
+(``bench/bench_attention.py``); the same function, computed another way.
+
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over
 micro-batches and stitches the results (old and reference log-probs). Both
@@ -15,11 +20,17 @@ expect the batch on the model's device.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from advrag.core.losses import entropy_from_logits, logprobs_from_logits
 from advrag.engines.local.tokenize import Batch
+
+MATH_ATTENTION_MAX_WIDTH = 128
+"""Widest CPU micro-batch (tokens) whose attention runs SDPA's math kernel."""
 
 
 def micro_batches(attention_mask: Tensor, micro_batch_size: int) -> list[Tensor]:
@@ -63,10 +74,18 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long(),
               "use_cache": False}
-    if not _linear_head(causal.config):
-        return model(**inputs).logits[rows, cols - 1]
-    hidden = causal.get_decoder()(**inputs).last_hidden_state
+    with attention_kernel(batch.input_ids):
+        if not _linear_head(causal.config):
+            return model(**inputs).logits[rows, cols - 1]
+        hidden = causal.get_decoder()(**inputs).last_hidden_state
     return causal.get_output_embeddings()(hidden[rows, cols - 1])
+
+
+def attention_kernel(input_ids: Tensor) -> AbstractContextManager:
+    """SDPA's math kernel for a short micro-batch on a CPU; the default choice otherwise."""
+    if input_ids.device.type == "cpu" and input_ids.shape[1] <= MATH_ATTENTION_MAX_WIDTH:
+        return sdpa_kernel([SDPBackend.MATH])
+    return nullcontext()
 
 
 def _linear_head(config) -> bool:

@@ -12,14 +12,20 @@
 - bf16: on a GPU the forward passes run under bf16 autocast (weights stay
   fp32); on a CPU only with ``cpu_bf16=True`` and a CPU that runs bf16
   natively (AVX512-BF16/AMX) — elsewhere emulated bf16 is slower than fp32.
+  Autocast keeps its bf16 cast of a weight only while the weight trains, so
+  frozen linear weights (the LoRA base, a tied head) would be cast again in
+  every forward: inside ``autocast()`` they are replaced by bf16 copies made
+  once (the same rounding, so the same outputs and gradients, bit for bit),
+  and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import torch
 from torch import Tensor, nn
@@ -69,6 +75,61 @@ def _native_cpu_bf16() -> bool:
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
+_BF16_COPIES: WeakKeyDictionary[nn.Module, tuple[Tensor, int, nn.Parameter]] = WeakKeyDictionary()
+"""Frozen linear layer → (the fp32 weight copied, its version then, the bf16 copy)."""
+
+
+@contextmanager
+def frozen_weights_in_bf16(model: nn.Module) -> Iterator[None]:
+    """Point every frozen fp32 ``nn.Linear`` of ``model`` at a bf16 copy of its weight.
+
+    Copies are kept between calls (shared by every policy on the same layers)
+    and remade when the fp32 weight was replaced or changed in place (its
+    version counter moved). Which weights are frozen is read on entry (ARR
+    switches adapters).
+    """
+    swapped = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(module, nn.Linear) or weight.requires_grad \
+                or weight.dtype != torch.float32:
+            continue
+        cached = _BF16_COPIES.get(module)
+        if cached is None or cached[0] is not weight or cached[1] != weight._version:
+            copy = nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
+            cached = _BF16_COPIES[module] = (weight, weight._version, copy)
+        module.weight = cached[2]
+        swapped.append((module, weight))
+    try:
+        yield
+    finally:
+        for module, weight in swapped:
+            module.weight = weight
+
+
+class Bf16Autocast(torch.autocast):
+    """bf16 autocast over ``model`` with its frozen linear weights run from bf16 copies
+    (``frozen_weights_in_bf16``) and peft's fp32 cast of LoRA inputs switched off."""
+
+    def __init__(self, device_type: str, model: nn.Module):
+        super().__init__(device_type, dtype=torch.bfloat16)
+        self.model = model
+        self._stack = ExitStack()
+
+    def __enter__(self):
+        from peft.helpers import disable_input_dtype_casting
+
+        self._stack.enter_context(frozen_weights_in_bf16(self.model))
+        self._stack.enter_context(disable_input_dtype_casting(self.model))
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        finally:
+            self._stack.close()
+
+
 class TrainablePolicy:
     """A causal LM to train with RL, plus the reference policy its KL term compares with."""
 
@@ -114,10 +175,9 @@ class TrainablePolicy:
 
     def autocast(self) -> AbstractContextManager:
         """bf16 autocast on a GPU when enabled, on a native-bf16 CPU when asked; else a no-op."""
-        if self.bf16 and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        if self.cpu_bf16 and self.device.type == "cpu":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+        device_type = self.device.type
+        if (self.bf16 and device_type == "cuda") or (self.cpu_bf16 and device_type == "cpu"):
+            return Bf16Autocast(device_type, self.model)
         return nullcontext()
 
     @contextmanager

@@ -161,11 +161,13 @@ class VLLMGenerator(ChatPrompting):
 
         ``model`` is a transformers causal LM of the engine's architecture,
         optionally wrapped by peft (LoRA deltas are merged into the pushed
-        tensors; ``model`` itself is not modified). The prefix cache is reset
+        tensors, which are cast to the engine's dtype on the way; ``model``
+        itself is not modified). The prefix cache is reset
         so no KV computed with the old weights is reused.
         """
         self.llm.collective_rpc(
             "reload_weights",
-            kwargs={"weights_iterator": checkpoint_weights(model, self.adapter)}
+            kwargs={"weights_iterator": checkpoint_weights(
+                model, self.adapter, dtype=self.llm.model_config.dtype)}
         )
         self.llm.reset_prefix_cache()

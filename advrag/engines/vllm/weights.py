@@ -53,8 +53,8 @@ def _merged(layer: nn.Module, base_weight: Tensor, only: str | None) -> Tensor:
 
 
 @torch.no_grad()
-def checkpoint_weights(model: nn.Module, adapter: str | None = None
-                       ) -> Iterator[tuple[str, Tensor]]:
+def checkpoint_weights(model: nn.Module, adapter: str | None = None,
+                       dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
     """Yield ``(checkpoint name, tensor)`` for every weight of ``model``.
 
     ``model`` is a transformers causal LM, possibly wrapped by peft with LoRA
@@ -62,6 +62,8 @@ def checkpoint_weights(model: nn.Module, adapter: str | None = None
     base layer's name, and the adapter tensors themselves are not yielded.
     ``adapter``: on a base shared by several adapters (ARR's, GAR's agents),
     merge only this one, whichever is active; None merges the active ones.
+    ``dtype``: cast each tensor to it after merging (an engine's weight dtype:
+    the rounding its own load would apply, done before the transfer).
 
     Raises:
         ValueError: the peft wrapper holds something other than LoRA on linear
@@ -84,4 +86,5 @@ def checkpoint_weights(model: nn.Module, adapter: str | None = None
             if leaf == "weight" and owner in lora_layers:
                 tensor = _merged(lora_layers[owner], tensor, adapter)
             name = f"{owner}.{leaf}"
-        yield name, tensor.detach()
+        tensor = tensor.detach()
+        yield name, tensor if dtype is None else tensor.to(dtype)
