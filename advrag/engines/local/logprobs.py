@@ -10,7 +10,9 @@ token were a third of a SmolLM2 update (``bench/bench_update.py``).
 On a CPU, micro-batches of at most ``MATH_ATTENTION_MAX_WIDTH`` tokens run
 SDPA's math kernel instead of its flash kernel, whose fixed cost per call
 (mostly in the backward) is not repaid on short rows
-(``bench/bench_attention.py``); the same function, computed another way.
+(``bench/bench_attention.py``); the same function, computed another way. Not
+under activation checkpointing: its recompute in the backward runs outside that
+choice, and must compute exactly what the forward did.
 
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over
@@ -74,18 +76,26 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long(),
               "use_cache": False}
-    with attention_kernel(batch.input_ids):
+    with attention_kernel(batch.input_ids, _recomputes_activations(causal)):
         if not _linear_head(causal.config):
             return model(**inputs).logits[rows, cols - 1]
         hidden = causal.get_decoder()(**inputs).last_hidden_state
     return causal.get_output_embeddings()(hidden[rows, cols - 1])
 
 
-def attention_kernel(input_ids: Tensor) -> AbstractContextManager:
-    """SDPA's math kernel for a short micro-batch on a CPU; the default choice otherwise."""
-    if input_ids.device.type == "cpu" and input_ids.shape[1] <= MATH_ATTENTION_MAX_WIDTH:
-        return sdpa_kernel([SDPBackend.MATH])
-    return nullcontext()
+def attention_kernel(input_ids: Tensor, recomputed: bool) -> AbstractContextManager:
+    """SDPA's math kernel for a short micro-batch on a CPU whose forward is not ``recomputed``
+    in the backward; the default choice otherwise."""
+    short = input_ids.device.type == "cpu" and input_ids.shape[1] <= MATH_ATTENTION_MAX_WIDTH
+    return sdpa_kernel([SDPBackend.MATH]) if short and not recomputed else nullcontext()
+
+
+def _recomputes_activations(model: nn.Module) -> bool:
+    """Whether ``model`` recomputes its layers in the backward (activation checkpointing);
+    transformers 5.2x calls it ``is_activation_checkpointing``, older releases
+    ``is_gradient_checkpointing``."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
 
 
 def _linear_head(config) -> bool:
