@@ -17,6 +17,8 @@
   every forward: inside ``autocast()`` they are replaced by bf16 copies made
   once (the same rounding, so the same outputs and gradients, bit for bit),
   and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
+  Trainable linear weights are cast once per update instead of once per
+  micro-batch (``trainable_weights_in_bf16``, inside ``training()``).
 """
 
 from __future__ import annotations
@@ -107,6 +109,33 @@ def frozen_weights_in_bf16(model: nn.Module) -> Iterator[None]:
             module.weight = weight
 
 
+@contextmanager
+def trainable_weights_in_bf16(model: nn.Module) -> Iterator[None]:
+    """Run every trainable fp32 ``nn.Linear`` of ``model`` from one bf16 cast for the body.
+
+    Autocast casts such a weight again in each micro-batch (its cache lives one
+    context); here one differentiable cast serves every forward and backward of
+    an update, and each backward still turns the bf16 gradient into fp32 through
+    it, so gradients are bit for bit autocast's. The casts replace the weights
+    in the modules' parameter slots and the parameters return on exit.
+    """
+    casts: dict[int, Tensor] = {}
+    swapped = []
+    for module in model.modules():
+        weight = module._parameters.get("weight") if isinstance(module, nn.Linear) else None
+        if weight is None or not weight.requires_grad or weight.dtype != torch.float32:
+            continue
+        if id(weight) not in casts:  # a tied weight is cast once
+            casts[id(weight)] = weight.to(torch.bfloat16)
+        module._parameters["weight"] = casts[id(weight)]
+        swapped.append((module, weight))
+    try:
+        yield
+    finally:
+        for module, weight in swapped:
+            module._parameters["weight"] = weight
+
+
 class Bf16Autocast(torch.autocast):
     """bf16 autocast over ``model`` with its frozen linear weights run from bf16 copies
     (``frozen_weights_in_bf16``) and peft's fp32 cast of LoRA inputs switched off."""
@@ -173,19 +202,27 @@ class TrainablePolicy:
         """The parameters the optimizer updates: all weights, or the adapter's."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def autocast(self) -> AbstractContextManager:
-        """bf16 autocast on a GPU when enabled, on a native-bf16 CPU when asked; else a no-op."""
+    def uses_bf16(self) -> bool:
+        """bf16 autocast on a GPU when enabled, on a native-bf16 CPU when asked."""
         device_type = self.device.type
-        if (self.bf16 and device_type == "cuda") or (self.cpu_bf16 and device_type == "cpu"):
-            return Bf16Autocast(device_type, self.model)
-        return nullcontext()
+        return (self.bf16 and device_type == "cuda") or (self.cpu_bf16 and device_type == "cpu")
+
+    def autocast(self) -> AbstractContextManager:
+        """``Bf16Autocast`` over the model when ``uses_bf16()``; else a no-op."""
+        return Bf16Autocast(self.device.type, self.model) if self.uses_bf16() else nullcontext()
 
     @contextmanager
     def training(self) -> Iterator[None]:
-        """``train()`` mode for the body (the update), ``eval()`` again afterwards."""
+        """``train()`` mode for the body (the update), ``eval()`` again afterwards.
+
+        Under bf16 the trainable linear weights run from one cast for the whole
+        body (``trainable_weights_in_bf16``): step the optimizer after it.
+        """
+        cast_once = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
         self.model.train()
         try:
-            yield
+            with cast_once:
+                yield
         finally:
             self.model.eval()
 
