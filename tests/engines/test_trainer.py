@@ -328,33 +328,38 @@ def test_lora_under_bf16_runs_frozen_weights_from_bf16_copies_bit_for_bit(tiny_p
     assert torch.equal(changed, policy.logprobs(inputs.batch, micro_batch_size=2)[0])
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_full_fine_tune_under_bf16_casts_the_weights_once_bit_for_bit(
-        tiny_policy_dir, monkeypatch, checkpointing):
-    """One bf16 cast per update gives autocast's own gradients (over several micro-batches,
-    with activation recompute too) and hands the fp32 parameters back afterwards."""
+@pytest.mark.parametrize(("checkpointing", "tied"), [(False, True), (True, True), (False, False)])
+def test_full_fine_tune_under_bf16_copies_the_weights_once_bit_for_bit(
+        tiny_policy_dir, monkeypatch, checkpointing, tied):
+    """One bf16 copy per update gives autocast's own gradients (over several micro-batches,
+    with activation recompute, with a tied LM head left to autocast) and hands the fp32
+    parameters back afterwards."""
     from torch import nn
 
     from advrag.engines.local import policy as policy_module
 
     loaded = load_policy(str(tiny_policy_dir))
-    policy = TrainablePolicy(loaded.model, gradient_checkpointing=checkpointing, cpu_bf16=True)
+    head = loaded.model.lm_head
+    assert head.weight is loaded.model.get_input_embeddings().weight  # tied, as in SmolLM2
+    if not tied:
+        head.weight = nn.Parameter(head.weight.detach().clone())
+    policy = TrainablePolicy(loaded.model, gradient_checkpointing=checkpointing)
     policy.cpu_bf16 = True  # emulated where the CPU lacks bf16: the same rounding either way
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(**(CONFIG | {"kl_coef": 0.0})))
     parameters = dict(policy.model.named_parameters())
-    linears = [m for m in policy.model.modules() if isinstance(m, nn.Linear)]
+    linears = {m: m.weight for m in policy.model.modules() if isinstance(m, nn.Linear)}
     inputs = trainer.prepare(_trajectories(), SCORES, GROUPS)
     with policy.training():
-        seen = {m.weight.dtype for m in linears}
-    assert seen == {torch.bfloat16}  # every linear runs from its cast inside an update
-    assert dict(policy.model.named_parameters()) == parameters  # and the parameters return
-    assert all(m.weight.dtype == torch.float32 for m in linears)
-    cast_once = _grads(trainer, inputs)
+        inside = {m: m.weight.dtype for m in linears}
+    assert inside.pop(head) == (torch.float32 if tied else torch.bfloat16)
+    assert set(inside.values()) == {torch.bfloat16}  # the other linears run from their copies
+    assert all(m.weight is w for m, w in linears.items())  # and the parameters return
+    copied_once = _grads(trainer, inputs)
     monkeypatch.setattr(policy_module, "trainable_weights_in_bf16", lambda model: nullcontext())
     per_micro_batch = _grads(trainer, inputs)  # autocast casts again in each micro-batch
-    assert set(cast_once) == set(parameters)
-    assert all(torch.equal(cast_once[n], per_micro_batch[n]) for n in parameters)
-    assert any(cast_once[n].abs().sum() > 0 for n in parameters)
+    assert set(copied_once) == set(parameters)
+    assert all(torch.equal(copied_once[n], per_micro_batch[n]) for n in parameters)
+    assert all(copied_once[n].abs().sum() > 0 for n in parameters if "proj" in n)
 
 
 def test_update_returns_the_sampling_entropy_it_measured(tiny_policy_dir):

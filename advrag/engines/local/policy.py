@@ -17,15 +17,17 @@
   every forward: inside ``autocast()`` they are replaced by bf16 copies made
   once (the same rounding, so the same outputs and gradients, bit for bit),
   and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
-  Trainable linear weights are cast once per update instead of once per
+  Trainable linear weights get one bf16 copy per update instead of a cast per
   micro-batch (``trainable_weights_in_bf16``, inside ``training()``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from weakref import WeakKeyDictionary
 
@@ -111,29 +113,43 @@ def frozen_weights_in_bf16(model: nn.Module) -> Iterator[None]:
 
 @contextmanager
 def trainable_weights_in_bf16(model: nn.Module) -> Iterator[None]:
-    """Run every trainable fp32 ``nn.Linear`` of ``model`` from one bf16 cast for the body.
+    """Run every trainable fp32 ``nn.Linear`` of ``model`` from one bf16 copy for the body.
 
     Autocast casts such a weight again in each micro-batch (its cache lives one
-    context); here one differentiable cast serves every forward and backward of
-    an update, and each backward still turns the bf16 gradient into fp32 through
-    it, so gradients are bit for bit autocast's. The casts replace the weights
-    in the modules' parameter slots and the parameters return on exit.
+    context) and its backward writes the bf16 gradient out as a new fp32 tensor
+    before adding it to ``.grad``. Here each weight gets one bf16 leaf for the
+    update, and a hook adds the leaf's gradient straight into the fp32 ``.grad``
+    after every backward: the same sums, bit for bit, with one cast and no fp32
+    temporary per micro-batch. Weights shared with another module (a tied LM
+    head) are left to autocast, whose one backward sums both uses first.
     """
-    casts: dict[int, Tensor] = {}
-    swapped = []
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    swapped, hooks = [], []
     for module in model.modules():
         weight = module._parameters.get("weight") if isinstance(module, nn.Linear) else None
-        if weight is None or not weight.requires_grad or weight.dtype != torch.float32:
+        if weight is None or not weight.requires_grad or weight.dtype != torch.float32 \
+                or uses[id(weight)] > 1:
             continue
-        if id(weight) not in casts:  # a tied weight is cast once
-            casts[id(weight)] = weight.to(torch.bfloat16)
-        module._parameters["weight"] = casts[id(weight)]
+        bf16_weight = weight.detach().to(torch.bfloat16).requires_grad_()
+        hooks.append(bf16_weight.register_post_accumulate_grad_hook(partial(_add_grad_to, weight)))
+        module._parameters["weight"] = bf16_weight
         swapped.append((module, weight))
     try:
         yield
     finally:
+        for hook in hooks:
+            hook.remove()
         for module, weight in swapped:
             module._parameters["weight"] = weight
+
+
+def _add_grad_to(weight: nn.Parameter, bf16_weight: Tensor) -> None:
+    """Move ``bf16_weight``'s gradient into ``weight``'s fp32 one (as autocast's cast would)."""
+    if weight.grad is None:
+        weight.grad = bf16_weight.grad.to(torch.float32)
+    else:
+        weight.grad.add_(bf16_weight.grad)
+    bf16_weight.grad = None
 
 
 class Bf16Autocast(torch.autocast):
