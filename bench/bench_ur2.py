@@ -34,13 +34,13 @@ from advrag.config import BenchmarkConfig, UR2Config, load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.tasks import tracking
 
-ROOT = Path(".cache/advrag/bench-ur2")
 
 
-def arm_config(config: UR2Config, name: str, minutes: float, curated: bool) -> UR2Config:
-    """One arm: its own checkpoints, a wall-clock budget, no built-in benchmark."""
-    update = {"checkpoint_dir": ROOT / name, "curate": config.curate and config.curate.model_copy(
-              update={"out_dir": ROOT / "curation"}), "max_train_minutes": minutes, "steps": 10_000,
+def arm_config(config: UR2Config, name: str, minutes: float, curated: bool,
+               root: Path) -> UR2Config:
+    """One arm: its own checkpoints under ``root``, a wall-clock budget, no built-in benchmark."""
+    update = {"checkpoint_dir": root / name, "curate": config.curate and config.curate.model_copy(
+              update={"out_dir": root / "curation"}), "max_train_minutes": minutes, "steps": 10_000,
               "checkpoint_every": 10_000, "evaluate": None, "experiment": "advrag-bench-ur2",
               "registered_model": f"advrag-bench-ur2-{name}"}
     if not curated:
@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--stage1-steps", type=int, default=3,
                         help="stage-1 updates (the config's 10 would fill a CPU budget)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2.json"))
+    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-ur2"),
+                        help="checkpoints and curation of this run (a rerun resumes from them)")
     parser.add_argument("--reuse-arms", action="store_true",
                         help="evaluate the arms a previous run trained (ur2_arms.json)")
     args = parser.parse_args()
@@ -170,8 +172,8 @@ def main() -> None:
     base = load_config(args.config, UR2Config)
     curate = base.curate.model_copy(update={"questions": args.questions or base.curate.questions})
     base = base.model_copy(update={"stage1_steps": args.stage1_steps, "curate": curate})
-    curated_cfg = arm_config(base, "curated", args.minutes, curated=True)
-    uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False)
+    curated_cfg = arm_config(base, "curated", args.minutes, curated=True, root=args.cache_dir)
+    uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False, root=args.cache_dir)
 
     arms_file = args.out.with_name("ur2_arms.json")
     if args.reuse_arms:
