@@ -15,7 +15,8 @@
    for any choice here): EM/F1 with 95 % bootstrap intervals and the 95 %
    interval of each paired difference (same questions), format errors, searches.
 
-Writes ``bench/results/ur2.json`` and ``bench/results/ur2_curves.png``. Every
+Writes ``--out`` (``bench/results/ur2.json``), ``ur2_arms.json`` and ``ur2_curves.png``
+(named after ``--out``). Every
 phase resumes from its cache/checkpoints when rerun.
 """
 
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-ur2"),
                         help="checkpoints and curation of this run (a rerun resumes from them)")
     parser.add_argument("--reuse-arms", action="store_true",
-                        help="evaluate the arms a previous run trained (ur2_arms.json)")
+                        help="evaluate the arms a previous run trained (<out>_arms.json)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     tracking.configure()
@@ -175,7 +176,7 @@ def main() -> None:
     curated_cfg = arm_config(base, "curated", args.minutes, curated=True, root=args.cache_dir)
     uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False, root=args.cache_dir)
 
-    arms_file = args.out.with_name("ur2_arms.json")
+    arms_file = args.out.with_name(f"{args.out.stem}_arms.json")
     if args.reuse_arms:
         arms = json.loads(arms_file.read_text())
     else:
@@ -200,7 +201,7 @@ def main() -> None:
                    "curated-uncurated": paired(rows["curated"], rows["uncurated"])},
     }
     write_report(args.out, report)
-    curves_figure(arms).savefig(args.out.with_name("ur2_curves.png"), dpi=110)
+    curves_figure(arms).savefig(args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
     print(json.dumps({k: report[k] for k in ("curation", "heldout_results", "paired")}, indent=1))
 
 
