@@ -15,9 +15,9 @@
    for any choice here): EM/F1 with 95 % bootstrap intervals and the 95 %
    interval of each paired difference (same questions), format errors, searches.
 
-Writes ``--out`` (``bench/results/ur2.json``), ``ur2_arms.json`` and ``ur2_curves.png``
-(named after ``--out``). Every
-phase resumes from its cache/checkpoints when rerun.
+Writes ``--out`` (``bench/results/ur2.json``) with ``ur2_arms.json`` and
+``ur2_curves.png`` beside it (named after ``--out``). Every phase resumes from
+its cache/checkpoints when rerun.
 """
 
 from __future__ import annotations
