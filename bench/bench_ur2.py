@@ -36,7 +36,6 @@ from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.tasks import tracking
 
 
-
 def arm_config(config: UR2Config, name: str, minutes: float, curated: bool,
                root: Path) -> UR2Config:
     """One arm: its own checkpoints under ``root``, a wall-clock budget, no built-in benchmark."""
