@@ -83,6 +83,27 @@ _BF16_COPIES: WeakKeyDictionary[nn.Module, tuple[Tensor, int, nn.Parameter]] = W
 """Frozen linear layer → (the fp32 weight copied, its version then, the bf16 copy)."""
 
 
+def _fp32_linears(model: nn.Module, *, trainable: bool) -> Iterator[tuple[nn.Linear, Tensor]]:
+    """Each ``nn.Linear`` of ``model`` with an fp32 weight that trains (or not), and the weight."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and module.weight.requires_grad == trainable \
+                and module.weight.dtype == torch.float32:
+            yield module, module.weight
+
+
+@contextmanager
+def _weights_swapped(replacements: list[tuple[nn.Module, Tensor]]) -> Iterator[None]:
+    """Put each tensor in its module's ``weight`` slot for the body, the originals back after."""
+    originals = [(module, module._parameters["weight"]) for module, _ in replacements]
+    for module, tensor in replacements:
+        module._parameters["weight"] = tensor
+    try:
+        yield
+    finally:
+        for module, weight in originals:
+            module._parameters["weight"] = weight
+
+
 @contextmanager
 def frozen_weights_in_bf16(model: nn.Module) -> Iterator[None]:
     """Point every frozen fp32 ``nn.Linear`` of ``model`` at a bf16 copy of its weight.
@@ -92,23 +113,15 @@ def frozen_weights_in_bf16(model: nn.Module) -> Iterator[None]:
     version counter moved). Which weights are frozen is read on entry (ARR
     switches adapters).
     """
-    swapped = []
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(module, nn.Linear) or weight.requires_grad \
-                or weight.dtype != torch.float32:
-            continue
+    replacements = []
+    for module, weight in _fp32_linears(model, trainable=False):
         cached = _BF16_COPIES.get(module)
         if cached is None or cached[0] is not weight or cached[1] != weight._version:
             copy = nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
             cached = _BF16_COPIES[module] = (weight, weight._version, copy)
-        module.weight = cached[2]
-        swapped.append((module, weight))
-    try:
+        replacements.append((module, cached[2]))
+    with _weights_swapped(replacements):
         yield
-    finally:
-        for module, weight in swapped:
-            module.weight = weight
 
 
 @contextmanager
@@ -124,23 +137,19 @@ def trainable_weights_in_bf16(model: nn.Module) -> Iterator[None]:
     head) are left to autocast, whose one backward sums both uses first.
     """
     uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
-    swapped, hooks = [], []
-    for module in model.modules():
-        weight = module._parameters.get("weight") if isinstance(module, nn.Linear) else None
-        if weight is None or not weight.requires_grad or weight.dtype != torch.float32 \
-                or uses[id(weight)] > 1:
+    replacements, hooks = [], []
+    for module, weight in _fp32_linears(model, trainable=True):
+        if uses[id(weight)] > 1:
             continue
         bf16_weight = weight.detach().to(torch.bfloat16).requires_grad_()
         hooks.append(bf16_weight.register_post_accumulate_grad_hook(partial(_add_grad_to, weight)))
-        module._parameters["weight"] = bf16_weight
-        swapped.append((module, weight))
+        replacements.append((module, bf16_weight))
     try:
-        yield
+        with _weights_swapped(replacements):
+            yield
     finally:
         for hook in hooks:
             hook.remove()
-        for module, weight in swapped:
-            module._parameters["weight"] = weight
 
 
 def _add_grad_to(weight: nn.Parameter, bf16_weight: Tensor) -> None:
@@ -231,13 +240,13 @@ class TrainablePolicy:
     def training(self) -> Iterator[None]:
         """``train()`` mode for the body (the update), ``eval()`` again afterwards.
 
-        Under bf16 the trainable linear weights run from one cast for the whole
-        body (``trainable_weights_in_bf16``): step the optimizer after it.
+        Under bf16 the trainable linear weights run from one bf16 copy for the
+        whole body (``trainable_weights_in_bf16``): step the optimizer after it.
         """
-        cast_once = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
+        bf16_copies = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
         self.model.train()
         try:
-            with cast_once:
+            with bf16_copies:
                 yield
         finally:
             self.model.eval()
