@@ -54,7 +54,8 @@ class TrainConfig(Strict):
     )
     group_size: int = Field(5, ge=1, description="Rollouts per question (one group).")
     seed: int = Field(0, ge=0, lt=2**32,
-                      description="Seed of python, numpy and torch at trainer construction.")
+                      description="Seed of python, numpy and torch (adapter initialisation, "
+                      "trainer construction) and of a vLLM rollout sampler.")
 
 
 class LoraSettings(Strict):

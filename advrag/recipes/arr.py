@@ -77,7 +77,8 @@ class ArrRecipe(Recipe):
                 else c.verifier_model or start_model}
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
-            model_dirs={name: resolve_model_dir(spec) for name, spec in dirs.items()})
+            model_dirs={name: resolve_model_dir(spec) for name, spec in dirs.items()},
+            seed=configs["reasoner"].seed)
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One joint update: rollout → score → reasoner update → verifier update."""

@@ -74,7 +74,7 @@ class GarRecipe(Recipe):
                                               configs)
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
-            model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)))
+            model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)), seed=c.optim.seed)
         if "discriminator" in policies:
             self.scorer = partial(verdict_probabilities, policies["discriminator"], loaded.tokenizer)
         self.count_tokens = lambda text: len(loaded.tokenizer(text, add_special_tokens=False)

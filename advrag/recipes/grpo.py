@@ -41,15 +41,17 @@ class GrpoRecipe(Recipe):
         """
         from advrag.engines.generators import make_generator
         from advrag.engines.local.dual import AgentTrainers
-        from advrag.engines.local.trainer import LocalTrainer
+        from advrag.engines.local.trainer import LocalTrainer, seed_everything
         from advrag.models.loading import resolve_model_dir
 
         c = self.config
+        seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
         policy, tokenizer = trainable_policy(start_model, c, keep_reference=c.optim.kl_coef > 0)
         self.trainers = AgentTrainers({"reasoner": LocalTrainer(policy, tokenizer, c.optim)})
         self.generators = {"reasoner": make_generator(
             c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
-            temperature=c.temperature, batch_size=64, autocast=policy.autocast)}
+            temperature=c.temperature, batch_size=64, autocast=policy.autocast,
+            seed=c.optim.seed)}
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One GRPO update: rollout → score → advantages → loss → step."""

@@ -306,11 +306,12 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
     config = TrainFlowConfig(
         model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="vllm",
         warmup=None, evaluate=None,
-        optim={"lr": 0.1, "group_size": 4, "micro_batch_size": 4, "max_seq_len": 512})
+        optim={"lr": 0.1, "group_size": 4, "micro_batch_size": 4, "max_seq_len": 512, "seed": 3})
     recipe = GrpoRecipe(config)
     recipe.build(str(model_dir))
     trainer, generator = recipe.trainers["reasoner"], recipe.generators["reasoner"]
     assert isinstance(generator, VLLMGenerator)
+    assert generator.llm.model_config.seed == 3  # the run's seed drives the sampler too
     base = hf_greedy(trainer.policy.model, trainer.tokenizer)
     grpo_step(trainer, generator, load_retriever(small_index_dir),
               load_qa(small_world_dir / "train.jsonl", limit=2),
