@@ -15,6 +15,10 @@
    for any choice here): EM/F1 with 95 % bootstrap intervals and the 95 %
    interval of each paired difference (same questions), format errors, searches.
 
+A replicate: ``--seed N --warmup-from <earlier cache-dir>/curated/warmup`` with a new
+``--cache-dir`` and ``--out`` trains both arms again from the same start policy (its
+curation scores come from the shared cache) with another training seed.
+
 Writes ``--out`` (``bench/results/ur2.json``) with ``ur2_arms.json`` and
 ``ur2_curves.png`` beside it (named after ``--out``). Every phase resumes from
 its cache/checkpoints when rerun.
@@ -48,11 +52,11 @@ def arm_config(config: UR2Config, name: str, minutes: float, curated: bool,
     return config.model_copy(update=update)
 
 
-def share_warmup(source: UR2Config, target: UR2Config) -> None:
-    """Give ``target`` the warm-up ``source`` made (same settings: the arms start equal)."""
-    src, dst = source.checkpoint_dir / "warmup", target.checkpoint_dir / "warmup"
-    if src.is_dir() and not dst.exists():
-        shutil.copytree(src, dst)
+def share_warmup(source: Path, target: UR2Config) -> None:
+    """Give ``target`` the warm-up at ``source`` (same settings, or the recipe refuses it)."""
+    dst = target.checkpoint_dir / "warmup"
+    if source.is_dir() and not dst.exists():
+        shutil.copytree(source, dst)
 
 
 def train_arm(config: UR2Config, name: str) -> dict:
@@ -164,6 +168,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-ur2"),
                         help="checkpoints and curation of this run (a rerun resumes from them)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="training seed of both arms (default: the config's optim.seed)")
+    parser.add_argument("--warmup-from", type=Path, default=None,
+                        help="start from this earlier run's warm-up (e.g. <cache-dir>/curated/"
+                             "warmup) instead of training one: a replicate with another --seed")
     parser.add_argument("--reuse-arms", action="store_true",
                         help="evaluate the arms a previous run trained (<out>_arms.json)")
     args = parser.parse_args()
@@ -171,7 +180,13 @@ def main() -> None:
     tracking.configure()
     base = load_config(args.config, UR2Config)
     curate = base.curate.model_copy(update={"questions": args.questions or base.curate.questions})
-    base = base.model_copy(update={"stage1_steps": args.stage1_steps, "curate": curate})
+    if args.warmup_from and not (args.warmup_from / "warmup.json").is_file():
+        parser.error(f"--warmup-from {args.warmup_from}: no warm-up there (no warmup.json); "
+                     "name an earlier run's <cache-dir>/curated/warmup")
+    seed = base.optim.seed if args.seed is None else args.seed
+    optim = base.optim.model_copy(update={"seed": seed})
+    base = base.model_copy(update={"stage1_steps": args.stage1_steps, "curate": curate,
+                                   "optim": optim})
     curated_cfg = arm_config(base, "curated", args.minutes, curated=True, root=args.cache_dir)
     uncurated_cfg = arm_config(base, "uncurated", args.minutes, curated=False, root=args.cache_dir)
 
@@ -179,8 +194,10 @@ def main() -> None:
     if args.reuse_arms:
         arms = json.loads(arms_file.read_text())
     else:
+        if args.warmup_from:
+            share_warmup(args.warmup_from, curated_cfg)
         arms = {"curated": train_arm(curated_cfg, "curated")}
-        share_warmup(curated_cfg, uncurated_cfg)
+        share_warmup(curated_cfg.checkpoint_dir / "warmup", uncurated_cfg)
         arms["uncurated"] = train_arm(uncurated_cfg, "uncurated")
         arms_file.write_text(json.dumps(arms, indent=2) + "\n")
     start_model = str(curated_cfg.checkpoint_dir / "warmup")
@@ -191,6 +208,7 @@ def main() -> None:
     report = {
         "config": args.config, "budget_minutes": args.minutes, "heldout": args.heldout,
         "stage1_steps": args.stage1_steps, "questions_curated": curate.questions,
+        "seed": optim.seed, "warmup_from": args.warmup_from and str(args.warmup_from),
         "load_average": os.getloadavg(),
         "curation": curation_signal(curated_cfg),
         "arms": arms,
