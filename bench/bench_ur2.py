@@ -95,17 +95,20 @@ def curation_signal(config: UR2Config) -> dict:
     return out
 
 
-def evaluate(model: str, config: UR2Config, n: int) -> list[dict]:
-    """Greedy Search-R1 on the first ``n`` test questions: one scored row per question."""
+def evaluate(model: str, config: UR2Config, n: int | None, split: str = "test",
+             max_turns: int | None = None) -> list[dict]:
+    """Greedy Search-R1 on the first ``n`` questions of ``split`` (all when None), with the
+    config's turn budget unless ``max_turns``: one scored row per question."""
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator, pick_dtype
     from advrag.evaluation import methods, scoring
     from advrag.models.loading import load_policy
     from advrag.retrieval.retriever import load_retriever
 
-    settings = BenchmarkConfig(methods=["search_r1"], limit=n, max_turns=config.max_turns,
-                               topk=config.topk, max_new_tokens=80, batch_size=32)
-    records = load_qa(config.world_dir / "test.jsonl", limit=n)
+    settings = BenchmarkConfig(methods=["search_r1"], limit=n,
+                               max_turns=max_turns or config.max_turns, topk=config.topk,
+                               max_new_tokens=80, batch_size=32)
+    records = load_qa(config.world_dir / f"{split}.jsonl", limit=n)
     policy = load_policy(model, dtype=pick_dtype("auto"))
     generator = methods.Generators(HFGenerator(policy.model, policy.tokenizer, batch_size=32))
     retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))

@@ -1,0 +1,72 @@
+"""Where a UR² policy fails, per question type and hop count — on the dev split only.
+
+    python bench/bench_ur2_dev.py --model <checkpoint dir> [--config configs/ur2.yaml]
+        [--max-turns N] [--out bench/results/ur2-dev.json]
+
+Greedy Search-R1 (``bench_ur2.evaluate``) on every dev question, grouped by the
+world's question type and hops: EM, F1, searches, format errors, how often the
+retrieved documents held a gold answer, and how often the policy's own text
+(outside ``<information>``) held one — the step between finding the fact and
+writing it as the answer. Diagnoses only: the held-out test split is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from bench_ur2 import evaluate
+from reporting import write_report
+
+from advrag.config import UR2Config, load_config
+from advrag.datasets.loaders import load_qa
+
+INFORMATION = re.compile(r"<information>.*?</information>", re.S)
+
+
+def gold_in_generated(row: dict) -> bool:
+    """Whether a gold answer appears in what the policy wrote (documents and prompt removed)."""
+    transcript = row["transcript"]
+    generated = INFORMATION.sub("", transcript[transcript.rfind("<|im_start|>assistant"):])
+    return any(gold.lower() in generated.lower() for gold in row["golden_answers"])
+
+
+def by_group(rows: list[dict], groups: list[str]) -> dict[str, dict]:
+    """Means of the diagnostics per group, in order of first appearance."""
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for row, group in zip(rows, groups):
+        grouped[group].append(row)
+    return {group: {"n": len(members), **{
+        key: sum(fn(r) for r in members) / len(members) for key, fn in (
+            ("em", lambda r: r["em"]), ("f1", lambda r: r["f1"]),
+            ("searches", lambda r: r["n_searches"]), ("format_errors", lambda r: r["format_errors"]),
+            ("gold_retrieved", lambda r: r["retrieval_recall"] > 0),
+            ("gold_in_generated", gold_in_generated))}}
+        for group, members in grouped.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="checkpoint directory or model name")
+    parser.add_argument("--config", default="configs/ur2.yaml", help="world, index, turns, topk")
+    parser.add_argument("--max-turns", type=int, default=None, help="default: the config's")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/ur2-dev.json"))
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    config = load_config(args.config, UR2Config)
+    records = load_qa(config.world_dir / "dev.jsonl")
+    rows = evaluate(args.model, config, None, split="dev", max_turns=args.max_turns)
+    groups = [f"{r.metadata.get('type')}, {r.metadata.get('hops')} hops" for r in records]
+    report = {"model": args.model, "config": args.config, "split": "dev",
+              "max_turns": args.max_turns or config.max_turns,
+              "all": by_group(rows, ["all"] * len(rows))["all"], "by_type": by_group(rows, groups)}
+    write_report(args.out, report)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
