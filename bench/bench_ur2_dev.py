@@ -35,18 +35,22 @@ def gold_in_generated(row: dict) -> bool:
     return any(gold.lower() in generated.lower() for gold in row["golden_answers"])
 
 
+def diagnostics(row: dict) -> dict[str, float]:
+    """One scored row's figures: EM, F1, searches, format errors, where the gold answer showed."""
+    return {"em": row["em"], "f1": row["f1"], "searches": row["n_searches"],
+            "format_errors": row["format_errors"],
+            "gold_retrieved": float(row["retrieval_recall"] > 0),
+            "gold_in_generated": float(gold_in_generated(row))}
+
+
 def by_group(rows: list[dict], groups: list[str]) -> dict[str, dict]:
-    """Means of the diagnostics per group, in order of first appearance."""
+    """Means of ``diagnostics`` per group, in order of first appearance."""
     grouped: dict[str, list[dict]] = defaultdict(list)
     for row, group in zip(rows, groups):
-        grouped[group].append(row)
-    return {group: {"n": len(members), **{
-        key: sum(fn(r) for r in members) / len(members) for key, fn in (
-            ("em", lambda r: r["em"]), ("f1", lambda r: r["f1"]),
-            ("searches", lambda r: r["n_searches"]), ("format_errors", lambda r: r["format_errors"]),
-            ("gold_retrieved", lambda r: r["retrieval_recall"] > 0),
-            ("gold_in_generated", gold_in_generated))}}
-        for group, members in grouped.items()}
+        grouped[group].append(diagnostics(row))
+    return {group: {"n": len(members), **{key: sum(m[key] for m in members) / len(members)
+                                           for key in members[0]}}
+            for group, members in grouped.items()}
 
 
 def main() -> None:
