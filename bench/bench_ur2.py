@@ -19,9 +19,10 @@ A replicate: ``--seed N --warmup-from <earlier cache-dir>/curated/warmup`` with 
 ``--cache-dir`` and ``--out`` trains both arms again from the same start policy (its
 curation scores come from the shared cache) with another training seed.
 
-Writes ``--out`` (``bench/results/ur2.json``) with ``ur2_arms.json`` and
-``ur2_curves.png`` beside it (named after ``--out``). Every phase resumes from
-its cache/checkpoints when rerun.
+Writes ``--out`` (``bench/results/ur2.json``) with ``ur2_arms.json``,
+``ur2_rows.jsonl`` (each policy's score per held-out question, for
+``bench_ur2_pool.py``) and ``ur2_curves.png`` beside it (named after ``--out``).
+Every phase resumes from its cache/checkpoints when rerun.
 """
 
 from __future__ import annotations
@@ -140,6 +141,18 @@ def paired(a: list[dict], b: list[dict]) -> dict:
     return out
 
 
+ROW_KEYS = ("id", "em", "f1", "format_errors", "n_searches", "prediction")
+
+
+def write_rows(path: Path, rows: dict[str, list[dict]]) -> None:
+    """Each policy's per-question scores as jsonl (no transcripts), written whole or not at all."""
+    lines = [json.dumps({"policy": name, **{k: row[k] for k in ROW_KEYS}})
+             for name, policy_rows in rows.items() for row in policy_rows]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
 def curves_figure(arms: dict[str, dict]):
     """Reward, informative groups, valid queries and violations per update, both arms."""
     import matplotlib
@@ -221,6 +234,7 @@ def main() -> None:
                    "curated-uncurated": paired(rows["curated"], rows["uncurated"])},
     }
     write_report(args.out, report)
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows)
     curves_figure(arms).savefig(args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
     print(json.dumps({k: report[k] for k in ("curation", "heldout_results", "paired")}, indent=1))
 

@@ -161,3 +161,26 @@ def paired_bootstrap_diff_ci(
     if arr_a.shape != arr_b.shape:
         raise ValueError(f"paired samples differ in length: {arr_a.size} vs {arr_b.size}")
     return bootstrap_ci(arr_a - arr_b, n_boot=n_boot, alpha=alpha, seed=seed)
+
+
+def replicate_paired_diff_ci(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Paired difference a - b averaged over replicate runs, with a bootstrap over items.
+
+    ``a[r][i]`` and ``b[r][i]`` score item i in replicate r (e.g. a training seed). Each
+    item's difference is averaged over the replicates first, then the items are
+    resampled as in :func:`paired_bootstrap_diff_ci`: the interval is over items, for
+    these replicates (their own spread is averaged, not resampled).
+    """
+    arr_a = np.asarray(a, dtype=np.float64)
+    arr_b = np.asarray(b, dtype=np.float64)
+    if arr_a.ndim != 2 or arr_a.shape != arr_b.shape or arr_a.shape[0] == 0:
+        raise ValueError("replicate scores must be two equal (replicates, items) tables, got "
+                         f"shapes {arr_a.shape} and {arr_b.shape}")
+    return bootstrap_ci((arr_a - arr_b).mean(axis=0), n_boot=n_boot, alpha=alpha, seed=seed)
+

@@ -14,6 +14,7 @@ from advrag.core.metrics import (
     f1_score,
     normalize_answer,
     paired_bootstrap_diff_ci,
+    replicate_paired_diff_ci,
     pass_at_k,
     retrieval_recall,
     sub_exact_match,
@@ -153,3 +154,34 @@ def test_paired_bootstrap_diff_ci():
     assert paired_bootstrap_diff_ci(a_noisy, b, seed=5) == (diff, lo, hi)
     with pytest.raises(ValueError):
         paired_bootstrap_diff_ci([1.0, 2.0], [1.0])
+
+
+def test_replicate_paired_diff_ci_averages_each_item_over_replicates():
+    # item 0 gains 1 in both replicates, item 1 gains 1 in one: per-item 1.0 and 0.5
+    a = [[1.0, 1.0], [1.0, 0.0]]
+    b = [[0.0, 0.0], [0.0, 0.0]]
+    diff, lo, hi = replicate_paired_diff_ci(a, b, n_boot=500)
+    assert diff == pytest.approx(0.75)
+    assert 0.5 <= lo <= diff <= hi <= 1.0
+    assert replicate_paired_diff_ci([[0.2, 0.2]], [[0.1, 0.1]]) == pytest.approx((0.1, 0.1, 0.1))
+
+
+def test_replicate_paired_diff_ci_resamples_items_not_replicates():
+    # every item gains 1 in exactly one of two replicates: each item averages 0.5,
+    # so no resample of items can move the mean (pooling the six cells would)
+    a = [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
+    b = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert replicate_paired_diff_ci(a, b) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_replicate_paired_diff_ci_with_one_replicate_is_the_paired_ci():
+    a, b = [0.3, 0.9, 0.0, 1.0, 0.5], [0.1, 0.2, 0.4, 1.0, 0.0]
+    assert replicate_paired_diff_ci([a], [b], seed=3) == paired_bootstrap_diff_ci(a, b, seed=3)
+
+
+def test_replicate_paired_diff_ci_rejects_mismatched_tables():
+    with pytest.raises(ValueError, match="replicates, items"):
+        replicate_paired_diff_ci([[1.0, 0.0]], [[1.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="replicates, items"):
+        replicate_paired_diff_ci([1.0, 0.0], [1.0, 0.0])
+
