@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,19 @@ for key, value in {
     "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE",
 }.items():
     os.environ.setdefault(key, value)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_servers_stopped_before_exit():
+    """Stop Prefect's temporary API servers (a flow or task run outside a test harness starts
+    one) at the end of the session, while pytest still owns the output: their own exit hook
+    logs the stop to a stream pytest has closed by then ("--- Logging error ---")."""
+    yield
+    server_module = sys.modules.get("prefect.server.api.server")
+    if server_module is not None:
+        for server in list(server_module.SubprocessASGIServer._instances.values()):
+            server.stop()
+
 
 SMALL_WORLD = dict(seed=1, n_countries=3, n_cities=8, n_people=16, n_organisations=6,
                    n_rivers=3, n_mountains=3, n_train=12, n_dev=6, n_test=8)

@@ -14,8 +14,8 @@ from advrag.core.metrics import (
     f1_score,
     normalize_answer,
     paired_bootstrap_diff_ci,
-    replicate_paired_diff_ci,
     pass_at_k,
+    replicate_paired_diff_ci,
     retrieval_recall,
     sub_exact_match,
 )
