@@ -183,4 +183,3 @@ def replicate_paired_diff_ci(
         raise ValueError("replicate scores must be two equal (replicates, items) tables, got "
                          f"shapes {arr_a.shape} and {arr_b.shape}")
     return bootstrap_ci((arr_a - arr_b).mean(axis=0), n_boot=n_boot, alpha=alpha, seed=seed)
-
