@@ -13,7 +13,6 @@ writing it as the answer. Diagnoses only: the held-out test split is never read.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 from collections import defaultdict
@@ -69,7 +68,6 @@ def main() -> None:
               "max_turns": args.max_turns or config.max_turns,
               "all": by_group(rows, ["all"] * len(rows))["all"], "by_type": by_group(rows, groups)}
     write_report(args.out, report)
-    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -53,9 +53,9 @@ def common_ids(runs: dict[str, dict[str, dict[str, dict]]]) -> list[str]:
     return sorted(first)
 
 
-def pooled(runs: dict[str, dict[str, dict[str, dict]]], a: str, b: str) -> dict:
-    """a − b per metric: averaged over runs per question, and each run's own mean."""
-    ids = common_ids(runs)
+def pooled(runs: dict[str, dict[str, dict[str, dict]]], ids: list[str], a: str, b: str) -> dict:
+    """a − b per metric on questions ``ids``: averaged over runs per question, and each run's
+    own mean."""
     out = {}
     for key in METRICS:
         a_scores = [[run[a][i][key] for i in ids] for run in runs.values()]
@@ -73,9 +73,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2-pooled.json"))
     args = parser.parse_args()
     runs = {str(report): load_rows(report) for report in args.reports}
-    report = {"runs": list(runs), "questions": len(common_ids(runs)),
+    ids = common_ids(runs)
+    report = {"runs": list(runs), "questions": len(ids),
               "seeds": [json.loads(Path(r).read_text()).get("seed") for r in runs],
-              "pooled": {f"{a}-{b}": pooled(runs, a, b) for a, b in PAIRS}}
+              "pooled": {f"{a}-{b}": pooled(runs, ids, a, b) for a, b in PAIRS}}
     write_report(args.out, report)
 
 
