@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from advrag.retrieval._files import atomic_file, iter_corpus
+from advrag.common.fileio import atomic_file
+from advrag.retrieval._files import iter_corpus
 from advrag.retrieval.index import brute_force_search, build_index
 
 HNSW_BUILD = {"M": 32, "ef_construction": 80}

@@ -1,0 +1,34 @@
+"""Every benchmark script in ``bench/`` still imports against the package.
+
+Benchmarks run outside ``make test``, so a renamed or moved helper breaks them
+silently (``bench_retrieval.py`` once imported ``atomic_file`` from where it
+no longer lived). Importing each module runs its top-level imports and
+definitions, not its measurements.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+SCRIPTS = sorted(BENCH.glob("bench_*.py"))
+
+
+def test_the_benchmarks_are_found():
+    """The glob sees the benchmark folder (an empty list would pass every case below)."""
+    assert len(SCRIPTS) >= 20
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_benchmark_script_imports(script: Path, monkeypatch):
+    """Loading the script as a module raises nothing (its ``main`` is not called)."""
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import ``reporting`` as a sibling
+    spec = importlib.util.spec_from_file_location(f"bench_check_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
+    sys.modules.pop(spec.name, None)
