@@ -19,7 +19,6 @@ app = typer.Typer(help="advrag: retrieval-augmented agents trained with adversar
 
 
 ENV_DEFAULTS = {
-    "OMP_WAIT_POLICY": "PASSIVE",  # OpenMP threads must not busy-wait on shared cores
     "TOKENIZERS_PARALLELISM": "false",
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -200,7 +200,7 @@ def main() -> None:
     home.mkdir()
     for key, value in {"PREFECT_HOME": str(home), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
                        "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow/mlflow.db",
-                       "OMP_WAIT_POLICY": "PASSIVE", "DO_NOT_TRACK": "1",
+                       "DO_NOT_TRACK": "1",
                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1",
                        "MLFLOW_DISABLE_TELEMETRY": "true", "DVC_NO_ANALYTICS": "1"}.items():
         os.environ[key] = value

@@ -53,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from reporting import openmp_wait_policy
+
 ROOT = Path(__file__).resolve().parents[1]
 LORA_R, LORA_ALPHA = 16, 32
 
@@ -418,6 +420,7 @@ def main() -> None:
         ),
         "columns": COLUMNS,
         "load_average_1min_at_start": load_at_start,
+        "omp_wait_policy": openmp_wait_policy(),
         "versions": versions(),
         "rows": rows,
     }

@@ -192,7 +192,6 @@ def main() -> None:
     parser.add_argument("--reuse-arms", action="store_true",
                         help="evaluate the arms a previous run trained (<out>_arms.json)")
     args = parser.parse_args()
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     tracking.configure()
     base = load_config(args.config, UR2Config)
     curate = base.curate.model_copy(update={"questions": args.questions or base.curate.questions})

@@ -13,7 +13,6 @@ writing it as the answer. Diagnoses only: the held-out test split is never read.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -59,7 +58,6 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=None, help="default: the config's")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2-dev.json"))
     args = parser.parse_args()
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     config = load_config(args.config, UR2Config)
     records = load_qa(config.world_dir / "dev.jsonl")
     rows = evaluate(args.model, config, None, split="dev", max_turns=args.max_turns)

@@ -10,9 +10,16 @@ import time
 from pathlib import Path
 
 
+def openmp_wait_policy() -> str:
+    """How idle OpenMP threads wait in this run: ``OMP_WAIT_POLICY`` or libgomp's default."""
+    return os.environ.get("OMP_WAIT_POLICY") or "unset (libgomp default: spin briefly, then sleep)"
+
+
 def write_report(path: Path, report: dict) -> None:
-    """Add the 1-minute load average (shared cores slow every run), write ``path``, print it."""
-    report = report | {"load_average_1m_at_end": os.getloadavg()[0]}
+    """Add the 1-minute load average (shared cores slow every run) and the OpenMP wait policy,
+    write ``path``, print it."""
+    report = report | {"load_average_1m_at_end": os.getloadavg()[0],
+                       "omp_wait_policy": openmp_wait_policy()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
