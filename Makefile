@@ -61,6 +61,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_generation.py
 	$(PY) bench/bench_train.py --cpu-bf16
 	$(PY) bench/bench_update.py
+	$(PY) bench/bench_omp_wait.py --repeats 2
 	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_optimizer.py
 	$(PY) bench/bench_arr_sampling.py
