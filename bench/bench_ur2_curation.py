@@ -18,7 +18,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from reporting import write_report
+from reporting import question_group, write_report
 
 
 def scored_questions(curation_dirs: list[Path]) -> dict[str, dict]:
@@ -35,12 +35,12 @@ def scored_questions(curation_dirs: list[Path]) -> dict[str, dict]:
 
 
 def by_type(rows: dict[str, dict]) -> dict[str, dict]:
-    """Per "type, hops" (labelled as in bench_ur2_dev.py): questions, rollouts, rollouts
+    """Per "type, hops" (``question_group``): questions, rollouts, rollouts
     with credit, correct rollouts, levels."""
     table: dict[str, dict] = defaultdict(lambda: {"questions": 0, "rollouts": 0, "credited": 0,
                                                   "correct": 0, "levels": defaultdict(int)})
     for row in rows.values():
-        cell = table[f"{row['metadata']['type']}, {row['metadata']['hops']} hops"]
+        cell = table[question_group(row["metadata"])]
         cell["questions"] += 1
         cell["rollouts"] += len(row["rewards"])
         cell["credited"] += sum(reward > 0 for reward in row["rewards"])

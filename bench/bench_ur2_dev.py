@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench_ur2 import evaluate
-from reporting import write_report
+from reporting import question_group, write_report
 
 from advrag.config import UR2Config, load_config
 from advrag.datasets.loaders import load_qa
@@ -61,7 +61,7 @@ def main() -> None:
     config = load_config(args.config, UR2Config)
     records = load_qa(config.world_dir / "dev.jsonl")
     rows = evaluate(args.model, config, None, split="dev", max_turns=args.max_turns)
-    groups = [f"{r.metadata.get('type')}, {r.metadata.get('hops')} hops" for r in records]
+    groups = [question_group(r.metadata) for r in records]
     report = {"model": args.model, "config": args.config, "split": "dev",
               "max_turns": args.max_turns or config.max_turns,
               "all": by_group(rows, ["all"] * len(rows))["all"], "by_type": by_group(rows, groups)}

@@ -10,6 +10,11 @@ import time
 from pathlib import Path
 
 
+def question_group(metadata: dict) -> str:
+    """The row label of per-type tables: the world question's type and hop count."""
+    return f"{metadata.get('type')}, {metadata.get('hops')} hops"
+
+
 def openmp_wait_policy() -> str:
     """How idle OpenMP threads wait in this run: ``OMP_WAIT_POLICY`` or libgomp's default."""
     return os.environ.get("OMP_WAIT_POLICY") or "unset (libgomp default: spin briefly, then sleep)"
