@@ -2,12 +2,15 @@
 
     python bench/bench_ur2_dev.py --model <checkpoint dir> [--config configs/ur2.yaml]
         [--max-turns N] [--out bench/results/ur2-dev.json]
+    python bench/bench_ur2_dev.py --warmup-config <UR² config> ...   # its warm-up, trained first
 
 Greedy Search-R1 (``bench_ur2.evaluate``) on every dev question, grouped by the
 world's question type and hops: EM, F1, searches, format errors, how often the
 retrieved documents held a gold answer, and how often the policy's own text
 (outside ``<information>``) held one — the step between finding the fact and
-writing it as the answer. Diagnoses only: the held-out test split is never read.
+writing it as the answer. Diagnoses only: the held-out test split is never read. ``--warmup-config``
+evaluates that config's SFT warm-up (``checkpoint_dir/warmup``), training it
+first on the train split unless one made with the same settings is there.
 """
 
 from __future__ import annotations
@@ -51,19 +54,37 @@ def by_group(rows: list[dict], groups: list[str]) -> dict[str, dict]:
             for group, members in grouped.items()}
 
 
+def warmed_up_model(config_file: str) -> str:
+    """The warm-up of the UR² config in ``config_file``: trained (or reused), then its dir."""
+    from advrag.recipes.ur2 import UR2Recipe
+    from advrag.retrieval.retriever import load_retriever
+    from advrag.tasks.rl import training_questions
+
+    config = load_config(config_file, UR2Config)
+    recipe = UR2Recipe(config)  # the flows' questions and dense index, as their warm-up gets
+    model_dir, history = recipe.warm_up(load_retriever(config.index_dir, kind="dense"),
+                                        training_questions(config))
+    if history:
+        print(f"warm-up: {len(history)} SFT steps, last loss {history[-1]['loss']:.3f}")
+    return str(model_dir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="checkpoint directory or model name")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="checkpoint directory or model name")
+    source.add_argument("--warmup-config", help="a UR² config whose SFT warm-up to evaluate")
     parser.add_argument("--config", default="configs/ur2.yaml", help="world, index, turns, topk")
     parser.add_argument("--max-turns", type=int, default=None, help="default: the config's")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ur2-dev.json"))
     args = parser.parse_args()
+    model = args.model or warmed_up_model(args.warmup_config)
     config = load_config(args.config, UR2Config)
     records = load_qa(config.world_dir / "dev.jsonl")
-    rows = evaluate(args.model, config, None, split="dev", max_turns=args.max_turns)
+    rows = evaluate(model, config, None, split="dev", max_turns=args.max_turns)
     groups = [question_group(r.metadata) for r in records]
-    report = {"model": args.model, "config": args.config, "split": "dev",
-              "max_turns": args.max_turns or config.max_turns,
+    report = {"model": model, "warmup_config": args.warmup_config, "config": args.config,
+              "split": "dev", "max_turns": args.max_turns or config.max_turns,
               "all": by_group(rows, ["all"] * len(rows))["all"], "by_type": by_group(rows, groups)}
     write_report(args.out, report)
 
