@@ -27,7 +27,7 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": A
            "arr-no-adv.yaml": AdversarialRLConfig, "arr-no-proc.yaml": AdversarialRLConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml",
-                            "ur2-long-warmup.yaml"],
+                            "ur2-long-warmup.yaml", "ur2-warmup-4epochs.yaml"],
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
                             "gar-ra-only.yaml", "gar-demo.yaml", "gar-nightly.yaml", "gar-tiny.yaml"],
