@@ -259,9 +259,11 @@ def test_each_agent_samples_its_own_adapter_on_its_own_engine(model_dir, policy)
     policies["verifier"].activate()  # the active adapter must not decide what an engine gets
     engines = agent_generators(policies, dict.fromkeys(policies, policy.tokenizer),
                                temperature=0.0, batch_size=4, backend="vllm",
-                               model_dirs=dict.fromkeys(policies, model_dir), kv_cache_gib=0.25)
+                               model_dirs=dict.fromkeys(policies, model_dir), kv_cache_gib=0.25,
+                               seed=5)
     for name, engine in engines.items():
         assert engine.adapter == name
+        assert engine.llm.model_config.seed == 5  # ARR/GAR pass their run's seed this way
         assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected[name]
     with torch.no_grad():
         for weight in policies["reasoner"].trainable_parameters():
