@@ -13,7 +13,6 @@ waited for (DVC stage commands included).
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import shutil
 import statistics
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from reporting import write_report
 
 
 def run_once(config: str, fresh: bool) -> float:
@@ -44,13 +45,13 @@ def main() -> None:
     walls = [run_once(args.config, args.fresh) for _ in range(args.repeats)]
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     result = {
+        "config": args.config,
         "wall_s": walls,
         "median_wall_s": statistics.median(walls),
         "peak_rss_gib": peak_gib,
         "fresh": args.fresh,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_report(args.out, result)
     print(
         f"demo: median wall {result['median_wall_s']:.0f} s over {args.repeats} run(s), "
         f"peak RSS {peak_gib:.2f} GiB (fresh={args.fresh})"
