@@ -29,10 +29,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from reporting import write_report
+from reporting import median_seconds, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = {"PASSIVE": "PASSIVE", "default": None}
@@ -66,12 +65,7 @@ def short_rows(tokenizer, n: int = 16) -> list:
 def timed(call, repeats: int) -> float:
     """Median wall seconds of ``call()`` over ``repeats`` calls after one warm-up call."""
     call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(call, repeats)[0]
 
 
 def run_workload(name: str, repeats: int) -> float:

@@ -21,11 +21,11 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import islice
-from typing import Any
 
 import numpy as np
+from reporting import median_seconds
 
 from advrag.common.fileio import atomic_file
 from advrag.retrieval._files import iter_corpus
@@ -42,16 +42,6 @@ def unit_vectors(rng: np.random.Generator, n: int, dim: int, block: int = 100_00
         rows = rng.standard_normal((min(block, n - start), dim), dtype=np.float32)
         out[start : start + len(rows)] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     return out
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """Median wall time of ``repeats`` calls of ``fn`` and the last call's result."""
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def recall(ids: np.ndarray, ref_ids: np.ndarray) -> float:

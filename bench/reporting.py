@@ -7,7 +7,9 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def question_group(metadata: dict) -> str:
@@ -28,6 +30,16 @@ def write_report(path: Path, report: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median wall time of ``repeats`` calls of ``fn`` and the last call's result."""
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
 
 
 def matmul_peak_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:

@@ -9,7 +9,6 @@ definitions, not its measurements.
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,4 +30,3 @@ def test_benchmark_script_imports(script: Path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
-    sys.modules.pop(spec.name, None)
