@@ -2,11 +2,14 @@
 
     python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
-                              [--rollout-backend hf|vllm]
+                              [--rollout-backend hf|vllm] [--device cpu|cuda|auto]
+                              [--model smollm2|DIR] [--random-weights]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
-same cached transformers directory ``models.loading`` converts) and alternates
+same cached transformers directory ``models.loading`` converts; ``--model`` for
+another, ``--random-weights`` for fresh weights at its shapes, where only the
+config and tokenizer can travel) on ``--device`` and alternates
 them: TRL takes one optimizer step, then our step runs from TRL's
 ``on_step_end`` callback on the same questions, and so on. The first
 ``--warmup`` steps of each side are dropped; medians of the rest are reported.
@@ -82,17 +85,17 @@ def bench_records(tokenizer, args) -> list:
 class OurSide:
     """Our single-turn GRPO step: sample → trajectories → score → ``LocalTrainer.update``."""
 
-    def __init__(self, mode: str, bf16: bool, args):
+    def __init__(self, source: str, mode: str, bf16: bool, args):
         from advrag.engines.generators import make_generator
         from advrag.engines.local.policy import LoraSettings, TrainablePolicy
         from advrag.engines.local.trainer import LocalTrainer, TrainConfig
         from advrag.models.loading import load_policy
 
-        loaded = load_policy("smollm2", dtype="float32")
+        loaded = load_policy(source, dtype="float32", device=args.device)
         self.source, self.tokenizer = loaded.source, loaded.tokenizer
         lora = LoraSettings(r=LORA_R, alpha=LORA_ALPHA) if mode == "lora" else None
         policy = TrainablePolicy(
-            loaded.model, lora=lora, keep_reference=args.kl > 0, cpu_bf16=bf16
+            loaded.model, lora=lora, keep_reference=args.kl > 0, bf16=bf16, cpu_bf16=bf16
         )
         config = TrainConfig(
             lr=args.lr, weight_decay=0.0, grad_clip=1.0, micro_batch_size=args.micro_batch,
@@ -108,7 +111,8 @@ class OurSide:
             max_prompt_tokens=args.max_prompt_len, autocast=policy.autocast, **engine,
         )
         self.max_new_tokens = args.max_new_tokens
-        self.bf16_active = policy.cpu_bf16
+        self.bf16_active = policy.uses_bf16()
+        self.device = str(policy.device)
 
     def step(self, records) -> dict[str, float]:
         """One timed GRPO step on ``records`` (each sampled ``group`` times)."""
@@ -171,7 +175,7 @@ def trl_trainer(source: str, records, mode: str, bf16: bool, args, callback, out
 
     completions = args.prompts * args.group
     config = GRPOConfig(
-        output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False, seed=args.seed,
+        output_dir=out_dir, use_cpu=args.device == "cpu", bf16=bf16, fp16=False, seed=args.seed,
         per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=completions // args.micro_batch,
         num_generations=args.group, max_completion_length=args.max_new_tokens,
@@ -230,14 +234,32 @@ def medians(rows: list[dict[str, float]]) -> dict[str, float]:
     return {name: statistics.median(r[name] for r in rows) for name in rows[0]}
 
 
+def random_weights_copy(model: str, out_dir: Path, seed: int) -> str:
+    """``model``'s architecture and tokenizer with freshly initialised weights, saved in
+    ``out_dir``: needs only its config and tokenizer files, not its weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from advrag.models.loading import resolve_model_dir
+
+    source = resolve_model_dir(model) if model == "smollm2" else model
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source)).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)
+    return str(out_dir)
+
+
 def run_variant(mode: str, bf16: bool, args) -> dict:
     """Build both trainers in this process, alternate their steps, return both sides' medians."""
     import torch
 
-    ours = OurSide(mode, bf16, args)
-    records = bench_records(ours.tokenizer, args)
-    callback = side_by_side_callback(ours, records, args)
     with tempfile.TemporaryDirectory() as out_dir:
+        source = args.model
+        if args.random_weights:
+            source = random_weights_copy(args.model, Path(out_dir) / "random", args.seed)
+        ours = OurSide(source, mode, bf16, args)
+        records = bench_records(ours.tokenizer, args)
+        callback = side_by_side_callback(ours, records, args)
         trainer = trl_trainer(ours.source, records, mode, bf16, args, callback, out_dir)
         trl_params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         trainer.train()
@@ -259,7 +281,8 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
     ours_params = sum(p.numel() for p in ours.trainer.policy.trainable_parameters())
     return {
         "mode": mode + ("+bf16" if bf16 else ""),
-        "cpu_bf16_active": ours.bf16_active,
+        "device": ours.device,
+        "bf16_active": ours.bf16_active,
         "trainable_params": {"ours": ours_params, "trl": trl_params},
         "ours": sides["ours"],
         "trl": sides["trl"],
@@ -267,6 +290,8 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
         "ratio_tokens_per_s_ours_over_trl": sides["ours"]["tokens_per_s"]
         / sides["trl"]["tokens_per_s"],
         "peak_rss_gib_both_sides": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "peak_gpu_gib_both_sides": (torch.cuda.max_memory_allocated() / 2**30
+                                    if ours.device.startswith("cuda") else None),
         "torch_threads": torch.get_num_threads(),
         "load_average_1min_at_end": os.getloadavg()[0],
     }
@@ -321,9 +346,10 @@ def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
     """The subprocess command that runs one variant and writes its row to ``out``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--variant", mode, "--child-out", str(out)]
     for flag in ("prompts", "group", "max_new_tokens", "max_prompt_len", "micro_batch",
-                 "steps", "warmup", "lr", "kl", "seed", "rollout_backend"):
+                 "steps", "warmup", "lr", "kl", "seed", "rollout_backend", "model", "device"):
         cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    return cmd + (["--variant-bf16"] if bf16 else [])
+    return cmd + (["--variant-bf16"] if bf16 else []) + (
+        ["--random-weights"] if args.random_weights else [])
 
 
 def versions() -> dict[str, str]:
@@ -367,11 +393,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--kl", type=float, default=0.0, help="our kl_coef = TRL's beta (k3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", nargs="+", choices=["full", "lora"], default=["full", "lora"])
-    parser.add_argument("--cpu-bf16", action="store_true", help="also run bf16 autocast rows")
+    parser.add_argument("--cpu-bf16", action="store_true",
+                        help="also run bf16 autocast rows (on a GPU too)")
     parser.add_argument("--bf16-only", action="store_true",
-                        help="only the bf16 rows (the train flow's default on a bf16 CPU)")
+                        help="only the bf16 rows (the train flow's default on a GPU or a bf16 CPU)")
     parser.add_argument("--rollout-backend", choices=["hf", "vllm"], default="hf",
                         help="our side's generator (TRL always uses transformers generate)")
+    parser.add_argument("--model", default="smollm2",
+                        help="policy spec for both sides (models.loading: 'smollm2', a directory)")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="freshly initialised weights at --model's shapes (config and "
+                        "tokenizer only): same work per step, where the weights cannot travel")
+    parser.add_argument("--device", default="cpu",
+                        help="'cpu', 'cuda' or 'auto' (advrag.common.device.pick_device)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")
     parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
     parser.add_argument("--variant-bf16", action="store_true", help=argparse.SUPPRESS)
@@ -397,8 +431,10 @@ def main() -> None:
         row = run_variant(args.variant, args.variant_bf16, args)
         args.child_out.write_text(json.dumps(row))
         return
+    from advrag.common.device import pick_device
     from advrag.common.fileio import atomic_write_text
 
+    args.device = pick_device(args.device)
     load_at_start = os.getloadavg()[0]
     precisions = [True] if args.bf16_only else [False, True] if args.cpu_bf16 else [False]
     variants = [(m, b) for b in precisions for m in args.modes]
@@ -411,7 +447,8 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items() if not k.startswith(("variant", "child"))}
     result = {
         "command": " ".join(["python", "bench/bench_trl.py", *sys.argv[1:]]),
-        "model": "SmolLM2-135M-Instruct (models.loading 'smollm2', fp32 weights)",
+        "model": (f"{args.model} (models.loading), fp32 weights"
+                  + (", freshly initialised (--random-weights)" if args.random_weights else "")),
         "settings": settings | {"out": str(args.out)},
         "what_each_side_computes": WORK,
         "timing": (

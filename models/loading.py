@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from advrag.common.device import pick_device
 from advrag.common.fileio import atomic_dir
 
 SMOLLM2 = "smollm2"
@@ -103,13 +104,15 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> str:
 
 
 def load_policy(
-    spec: str = SMOLLM2, *, dtype: str = "float32", device: str = "cpu",
+    spec: str = SMOLLM2, *, dtype: str = "float32", device: str = "auto",
     cache_dir: Path | None = None,
 ) -> Policy:
-    """Load model + tokenizer for ``spec``; left padding for batched generation."""
+    """Load model + tokenizer for ``spec`` onto ``device`` (``"auto"``: ``pick_device``); left
+    padding for batched generation."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = pick_device(device)
     source = resolve_model_dir(spec, cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)

@@ -18,6 +18,9 @@ for key, value in {
     "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
     "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE",
+    # The suite's expectations (exact fp32 equalities, CPU tensors built in tests) are the
+    # CPU's: models stay there on a machine with a GPU too (advrag.common.device).
+    "ADVRAG_DEVICE": "cpu",
 }.items():
     os.environ.setdefault(key, value)
 

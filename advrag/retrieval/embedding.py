@@ -26,6 +26,7 @@ from itertools import islice
 import numpy as np
 from tqdm import tqdm
 
+from advrag.common.device import pick_device
 from advrag.common.fileio import atomic_file
 from advrag.retrieval._files import iter_corpus
 
@@ -62,15 +63,6 @@ def infer_family(spec: str, family: str | None = None) -> str:
     return "plain"
 
 
-def _pick_device(device: str) -> str:
-    """Resolve ``"auto"`` to ``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _load_model(spec: str, device: str):
     """Load a SentenceTransformer, turning load failures into an error that says what to pass."""
     from sentence_transformers import SentenceTransformer
@@ -103,7 +95,7 @@ class Embedder:
         self.spec = spec
         self.family = infer_family(spec, family)
         self.batch_size = batch_size
-        self.device = _pick_device(device)
+        self.device = pick_device(device)
         self.bf16 = bf16
         self.progress = progress
         self.model = _load_model(spec, self.device)

@@ -49,3 +49,11 @@ def test_packaged_smollm2_converts_once_and_answers(tmp_path):
     out = generator.generate([prompt], max_new_tokens=8)[0]
     assert "paris" in out.lower()
     assert resolve_model_dir("smollm2", tmp_path) == str(cached)  # no second conversion
+
+
+def test_policy_loads_onto_the_device_asked_for(tiny_policy_dir, monkeypatch):
+    monkeypatch.setenv("ADVRAG_DEVICE", "cpu")
+    assert load_policy(str(tiny_policy_dir)).model.device.type == "cpu"
+    monkeypatch.setenv("ADVRAG_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="'gpu' \\(from \\$ADVRAG_DEVICE\\)"):
+        load_policy(str(tiny_policy_dir))

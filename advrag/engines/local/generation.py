@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor, nn
 
+from advrag.common.device import pick_device
+
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """Return ``text`` up to and including the earliest stop string (or unchanged)."""
@@ -165,14 +167,15 @@ def inference_copy(model: nn.Module, dtype: torch.dtype, adapter: str | None = N
 
 
 def pick_dtype(requested: str) -> str:
-    """Resolve ``"auto"``: bfloat16 where the hardware runs it natively, else float32.
+    """Resolve ``"auto"``: bfloat16 where the device models load on (``pick_device``) runs it
+    natively, else float32.
 
     On CPUs without native bf16 (no AVX512-BF16/AMX) bf16 matmuls are emulated
     and slower than fp32, so "auto" keeps fp32 there.
     """
     if requested != "auto":
         return requested
-    if torch.cuda.is_available():
+    if pick_device() != "cpu":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return "bfloat16" if native else "float32"
