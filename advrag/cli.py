@@ -64,10 +64,17 @@ def load(path: Path, kind: str, overrides: dict | None = None):
 
     Commands call it before importing their flow: a typo fails in a fraction of a second.
     """
+    from advrag.common.device import requested_device
     from advrag.config import load_config
 
     with config_errors():
-        return load_config(path, config_model(kind), overrides)
+        config = load_config(path, config_model(kind), overrides)
+    try:
+        requested_device()  # a typo in $ADVRAG_DEVICE, before anything loads a model
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    return config
 
 
 def config_model(kind: str) -> type:

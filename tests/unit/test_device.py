@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+from test_cli_config import PROBE
 
 from advrag.common.device import DEVICE_ENV, pick_device
 
@@ -26,8 +31,22 @@ def test_a_typo_names_the_setting_and_the_choices(monkeypatch):
         pick_device()
 
 
-def test_devices_the_project_does_not_run_on_are_refused():
-    with pytest.raises(ValueError, match="'cpu' or 'cuda' only"):
+def test_a_typo_in_the_variable_stops_a_command_before_it_imports_torch(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("steps: 1\n")
+    result = subprocess.run([sys.executable, "-c", PROBE, "train", "--config", str(config)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env=os.environ | {DEVICE_ENV: "gpu"})
+    assert result.returncode == 2
+    assert result.stderr == ("error: unknown device 'gpu' (from $ADVRAG_DEVICE): use 'auto', "
+                             "'cpu', 'cuda' or 'cuda:N' (this project runs on CPUs and CUDA "
+                             "GPUs).\n")
+    assert result.stdout.strip() == "[]"  # neither Prefect, torch nor MLflow was imported
+
+
+def test_devices_the_project_does_not_run_on_are_refused(monkeypatch):
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    with pytest.raises(ValueError, match=r"^unknown device 'meta': .*CPUs and CUDA GPUs"):
         pick_device("meta")
 
 
