@@ -29,9 +29,23 @@ import torch
 from reporting import write_report
 
 
+class AdapterGenerator:
+    """The previous default sampler: one agent's adapter activated on the shared live model
+    before each ``generate`` call of ``inner``."""
+
+    def __init__(self, inner, policy):
+        self.inner, self.policy = inner, policy
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        return self.inner.chat_prompt(user, system)
+
+    def generate(self, prompts, *, max_new_tokens: int, stop=()) -> list[str]:
+        self.policy.activate()
+        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
+
+
 def autocast_generators(policies, tokenizers, temperature: float) -> dict:
     """Each agent sampled from the live fp32 model, its adapter active, under bf16 autocast."""
-    from advrag.engines.local.dual import AdapterGenerator
     from advrag.engines.local.generation import HFGenerator
 
     return {name: AdapterGenerator(HFGenerator(policy.model, tokenizers[name],

@@ -1,16 +1,19 @@
-"""HF rollouts in fp32, under bf16 autocast, and from a bf16 copy, side by side.
+"""HF rollouts in fp32 and under bf16 autocast, each live or from a merged copy, side by side.
 
     python bench/bench_rollout_precision.py [--batch 16] [--repeats 3] [--max-turns 1]
+                                            [--modes fp32 fp32-copy bf16-autocast bf16-copy]
 
 The train flow's policy (SmolLM2-135M + LoRA r16, fp32 weights) samples the
-same Search-R1 rollout three ways, interleaved in one process so that machine
-load hits all three alike:
-- ``fp32``: transformers ``generate`` on the policy as it is;
-- ``bf16-autocast``: the same under the policy's CPU bf16 autocast (how the
+same Search-R1 rollout up to four ways, interleaved in one process so that
+machine load hits them alike:
+- ``fp32``: transformers ``generate`` on the policy as it is (adapters unmerged);
+- ``fp32-copy``: ``inference_copy``, a LoRA-merged fp32 copy, which
+  ``SnapshotGenerator`` samples and refreshes after every update (the train
+  flow's fp32 LoRA rollouts since this benchmark's fp32-copy row);
+- ``bf16-autocast``: the live policy under its CPU bf16 autocast (how the
   old log-probs are computed);
-- ``bf16-copy``: ``inference_copy``, a LoRA-merged copy of the policy cast to
-  bf16, which ``SnapshotGenerator`` samples and refreshes after every update
-  (the train flow's rollouts since this benchmark), so the copy's cost is timed too.
+- ``bf16-copy``: the merged copy cast to bf16 (the train flow's rollouts under
+  CPU bf16). Each copy is rebuilt after every repeat and its cost timed.
 
 Tokens/s = generated tokens / rollout wall time (retrieval included); medians
 over ``repeats``, each repeat seeding every mode alike. Needs `dvc repro`.
@@ -33,6 +36,9 @@ from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
 
+MODES = ("fp32", "fp32-copy", "bf16-autocast", "bf16-copy")
+COPIES = {"fp32-copy": torch.float32, "bf16-copy": torch.bfloat16}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -41,22 +47,27 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_precision.json"))
     args = parser.parse_args()
 
     loaded = load_policy("smollm2", dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32), cpu_bf16=True)
-    copy_s = []
-    start = time.perf_counter()
-    sampler = inference_copy(policy.model, torch.bfloat16)
-    copy_s.append(time.perf_counter() - start)
+    copies = {mode: dtype for mode, dtype in COPIES.items() if mode in args.modes}
+    copy_s = {mode: [] for mode in copies}
     settings = {"temperature": 1.0, "batch_size": args.batch}
-    generators = {
-        "fp32": HFGenerator(policy.model, loaded.tokenizer, **settings),
-        "bf16-autocast": HFGenerator(policy.model, loaded.tokenizer, autocast=policy.autocast,
-                                     **settings),
-        "bf16-copy": HFGenerator(sampler, loaded.tokenizer, **settings),
-    }
+    generators = {}
+    for mode in args.modes:
+        if mode in copies:
+            start = time.perf_counter()
+            sampler = inference_copy(policy.model, copies[mode])
+            copy_s[mode].append(time.perf_counter() - start)
+            generators[mode] = HFGenerator(sampler, loaded.tokenizer, **settings)
+        elif mode == "bf16-autocast":
+            generators[mode] = HFGenerator(policy.model, loaded.tokenizer,
+                                           autocast=policy.autocast, **settings)
+        else:
+            generators[mode] = HFGenerator(policy.model, loaded.tokenizer, **settings)
     retriever = load_retriever(args.index)
     questions = [r.question for r in load_qa(Path("data/world/train.jsonl"), limit=args.batch)]
     rates = {mode: [] for mode in generators}
@@ -66,17 +77,19 @@ def main() -> None:
             rates[mode].append(rollout_rate(generator, questions, retriever, args))
             print(f"repeat {repeat + 1}/{args.repeats} {mode}: {rates[mode][-1]:.1f} tokens/s",
                   flush=True)
-        start = time.perf_counter()
-        generators["bf16-copy"].model = inference_copy(policy.model, torch.bfloat16)
-        copy_s.append(time.perf_counter() - start)
+        for mode, dtype in copies.items():
+            start = time.perf_counter()
+            generators[mode].model = inference_copy(policy.model, dtype)
+            copy_s[mode].append(time.perf_counter() - start)
     medians = {mode: statistics.median(r) for mode, r in rates.items()}
     write_report(args.out, {
         "model": "smollm2 + LoRA r16", "batch": args.batch, "repeats": args.repeats,
         "max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens,
         "bf16_native": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
         "tokens_per_s": rates, "median_tokens_per_s": medians,
-        "ratio_to_fp32": {mode: m / medians["fp32"] for mode, m in medians.items()},
-        "bf16_copy_s": copy_s, "median_bf16_copy_s": statistics.median(copy_s),
+        "ratio_to_first_mode": {mode: m / medians[args.modes[0]] for mode, m in medians.items()},
+        "copy_s": copy_s,
+        "median_copy_s": {mode: statistics.median(t) for mode, t in copy_s.items()},
     })
 
 

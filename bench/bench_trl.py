@@ -56,7 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reporting import openmp_wait_policy
+from reporting import matmul_peak_gflops, openmp_wait_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 LORA_R, LORA_ALPHA = 16, 32
@@ -249,10 +249,37 @@ def random_weights_copy(model: str, out_dir: Path, seed: int) -> str:
     return str(out_dir)
 
 
+def update_floor_gflop(model, mode: str, tokens: float, completion_tokens: float) -> float:
+    """The fewest matmul GFLOP one update of ``tokens`` (``completion_tokens`` of them scored)
+    can do: c·N·T through the decoder layers' weights plus c·V·d for the LM head at the scored
+    positions, c = 6 in full fine-tuning and 4 in LoRA (no gradients for frozen weights).
+    Attention's own FLOPs and the adapters' are left out, so it is a lower bound."""
+    body = sum(p.numel() for name, p in model.named_parameters()
+               if ".layers." in name and "lora_" not in name)
+    head = model.get_input_embeddings().weight.numel()
+    c = 6 if mode == "full" else 4
+    return c * (body * tokens + head * completion_tokens) / 1e9
+
+
+def peak_bound(row: dict, floor_gflop: float, peak: float) -> dict[str, float]:
+    """How close each side's update is to the matmul peak, and the best ratio our step could
+    reach with its rollout as measured and an update at the peak."""
+    floor = {side: floor_gflop * row[side]["tokens"] / row["ours"]["tokens"] for side in row}
+    best_ours_step = row["ours"]["rollout_s"] + floor["ours"] / peak
+    return {
+        "update_share_of_peak_ours": floor["ours"] / peak / row["ours"]["update_s"],
+        "update_share_of_peak_trl": floor["trl"] / peak / row["trl"]["update_s"],
+        "best_ratio_tokens_per_s_with_our_update_at_peak":
+            row["ours"]["tokens"] / best_ours_step / row["trl"]["tokens_per_s"],
+    }
+
+
 def run_variant(mode: str, bf16: bool, args) -> dict:
     """Build both trainers in this process, alternate their steps, return both sides' medians."""
     import torch
 
+    peak = None if args.device.startswith("cuda") else matmul_peak_gflops(
+        "bfloat16" if bf16 else "float32")
     with tempfile.TemporaryDirectory() as out_dir:
         source = args.model
         if args.random_weights:
@@ -279,6 +306,10 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
             "steps_s": [r["step_s"] for r in rows[timed]],
         }
     ours_params = sum(p.numel() for p in ours.trainer.policy.trainable_parameters())
+    completions = args.prompts * args.group
+    floor = update_floor_gflop(ours.trainer.policy.model, mode, sides["ours"]["tokens"],
+                               sides["ours"]["completion_mean_len"] * completions)
+    bound = peak_bound(sides, floor, peak) if peak else {}
     return {
         "mode": mode + ("+bf16" if bf16 else ""),
         "device": ours.device,
@@ -289,6 +320,9 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
         "ratio_step_s_ours_over_trl": sides["ours"]["step_s"] / sides["trl"]["step_s"],
         "ratio_tokens_per_s_ours_over_trl": sides["ours"]["tokens_per_s"]
         / sides["trl"]["tokens_per_s"],
+        "update_floor_gflop_ours": floor,
+        "matmul_peak_gflops": peak,
+        **bound,
         "peak_rss_gib_both_sides": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "peak_gpu_gib_both_sides": (torch.cuda.max_memory_allocated() / 2**30
                                     if ours.device.startswith("cuda") else None),
@@ -339,6 +373,16 @@ COLUMNS = {
     "tokens_per_s": "tokens / step_s (medians)",
     "completion_mean_len": "mean completion tokens per sequence",
     "ratio_step_s_ours_over_trl": "below 1: our step is faster",
+    "update_floor_gflop_ours": (
+        "fewest matmul GFLOP of our update: c·N·T through the decoder layers + c·V·d at the "
+        "completion positions, c = 6 full / 4 LoRA; attention left out (a lower bound)"
+    ),
+    "matmul_peak_gflops": "2048² matmul in the step's dtype, measured in the variant's process (CPU)",
+    "update_share_of_peak_ours": "floor / peak / update_s (TRL's: the floor scaled to its tokens)",
+    "best_ratio_tokens_per_s_with_our_update_at_peak": (
+        "our tokens / (our rollout_s + floor / peak) over TRL's tokens/s: the most our step could "
+        "gain with its rollout as measured"
+    ),
 }
 
 
@@ -378,6 +422,13 @@ def print_table(rows: list[dict]) -> None:
             print(f"| {row['mode']} | {side} | {s['step_s']:.2f} | {s['rollout_s']:.2f} | "
                   f"{s['update_s']:.2f} | {s['tokens']:.0f} | {s['tokens_per_s']:.0f} | "
                   f"{s['completion_mean_len']:.1f} | {ratio} |")
+    for row in rows:
+        if row.get("matmul_peak_gflops"):
+            print(f"{row['mode']}: update at {row['update_share_of_peak_ours']:.0%} (ours) and "
+                  f"{row['update_share_of_peak_trl']:.0%} (TRL) of the "
+                  f"{row['matmul_peak_gflops']:.0f} GFLOP/s matmul peak; with our update at the "
+                  f"peak our step would reach at most "
+                  f"{row['best_ratio_tokens_per_s_with_our_update_at_peak']:.2f}x TRL's tokens/s")
 
 
 def parse_args() -> argparse.Namespace:

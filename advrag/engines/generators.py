@@ -11,7 +11,8 @@ output on the same weights. Both sample in the dtype the policy computes in:
 bf16 when the ``autocast`` option (``TrainablePolicy.autocast``) is a bf16
 autocast, else the parameters' dtype. A generator that holds its own copy of
 the weights (vLLM always; transformers when that dtype differs from the
-parameters', e.g. bf16 over fp32) has ``push_weights(model)``: it is called
+parameters', e.g. bf16 over fp32, or when the policy carries LoRA adapters)
+has ``push_weights(model)``: it is called
 when the generator is built, after a resume and after every update, so the
 samples come from exactly the policy being trained (LoRA merged in).
 """
@@ -34,14 +35,17 @@ def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
     """transformers ``generate`` on the training model itself (updates are visible at once).
 
     When ``autocast`` makes the model compute in another dtype than its weights
-    (bf16 over fp32), it samples instead from a copy in the compute dtype, which
-    ``push_weights`` refreshes (``SnapshotGenerator``: faster than autocast);
-    ``adapter`` names the LoRA adapter merged into that copy (None: the active one).
+    (bf16 over fp32), or the model carries LoRA adapters, it samples instead from
+    a copy in the compute dtype with the adapter merged, which ``push_weights``
+    refreshes (``SnapshotGenerator``). Both are faster: autocast recasts every
+    weight at every decoding step, and an unmerged adapter adds three small
+    matmuls to every linear layer (README, "How fast"). ``adapter`` names the
+    LoRA adapter merged into that copy (None: the active one).
     """
     compute = compute_dtype(model, options.get("autocast"))
-    if compute == compute_dtype(model, None):
+    if compute == compute_dtype(model, None) and not hasattr(model, "get_base_model"):
         return HFGenerator(model, tokenizer, **options)
-    options.pop("autocast")
+    options.pop("autocast", None)
     return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), adapter=adapter,
                              **options)
 

@@ -60,6 +60,12 @@ class TaggingGenerator:
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return self.inner.chat_prompt(user, system)
 
+    def push_weights(self, model) -> None:
+        """The sampler's own copy (a LoRA agent's merged copy) gets the agent's new weights."""
+        push = getattr(self.inner, "push_weights", None)
+        if push is not None:
+            push(model)
+
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:
         sampled = self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop=())
@@ -138,7 +144,11 @@ def main() -> None:
     records = load_records(args.world_dir)
     retriever = load_retriever(args.index_dir)
     dual, generators = build(args.model_dir, records)
-    position = dual.resume(args.checkpoints)["data_position"] if args.resume else 0
+    position = 0
+    if args.resume:
+        position = dual.resume(args.checkpoints)["data_position"]
+        for name, generator in generators.items():  # as RLRecipe.resume does
+            generator.push_weights(dual[name].policy.model)
     metrics = run(dual, generators, retriever, records, position=position, until=args.until,
                   checkpoint_root=args.checkpoints)
     while args.hang:

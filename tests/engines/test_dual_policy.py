@@ -21,7 +21,6 @@ from dual_resume_worker import (
 )
 
 from advrag.engines.local.dual import (
-    AdapterGenerator,
     AgentTrainers,
     agent_generators,
     export_policy,
@@ -99,10 +98,13 @@ def test_each_agent_owns_its_adapter_and_the_reference_is_the_base(tiny_policy_d
     assert not torch.allclose(verifier.logprobs(batch, micro_batch_size=1)[0], reference)
 
 
-def test_each_agent_samples_with_its_own_adapter(tiny_policy_dir, tmp_path):
+def test_each_agent_samples_from_an_fp32_copy_with_only_its_adapter_merged(tiny_policy_dir,
+                                                                          tmp_path):
     policies, tokenizer = _perturbed_shared(tiny_policy_dir)
     generators = agent_generators(policies, dict.fromkeys(policies, tokenizer), temperature=0.0)
-    assert all(isinstance(g, AdapterGenerator) for g in generators.values())
+    assert all(isinstance(g, SnapshotGenerator) for g in generators.values())
+    assert all(p.dtype == torch.float32 for g in generators.values() for p in g.model.parameters())
+    assert not any("lora" in n for g in generators.values() for n, _ in g.model.named_parameters())
     prompts = [generators["reasoner"].chat_prompt("Who founded Zorvath?")]
 
     def greedy(model) -> list[str]:
@@ -115,7 +117,6 @@ def test_each_agent_samples_with_its_own_adapter(tiny_policy_dir, tmp_path):
     assert verifier_out == greedy(merged.model)  # the verifier adapter, merged, samples the same
     assert reasoner_out == greedy(base.model)  # reasoner adapter still zero: the base
     assert verifier_out != reasoner_out
-    assert policies["reasoner"].model.active_adapter == "reasoner"
 
 
 def test_bf16_sampling_uses_a_copy_per_agent_with_only_its_adapter_merged(tiny_policy_dir,

@@ -64,12 +64,23 @@ def test_bf16_autocast_gets_a_merged_bf16_copy_and_the_policy_is_untouched(tiny_
     assert any("lora_B" in name for name, _ in model.named_parameters())
 
 
-def test_without_autocast_the_policy_itself_generates(tiny_policy_dir):
-    model, tokenizer = lora_policy(tiny_policy_dir)
+def test_without_autocast_a_plain_policy_itself_generates(tiny_policy_dir):
+    loaded = load_policy(str(tiny_policy_dir))
     for autocast in (None, nullcontext):
         options = {} if autocast is None else {"autocast": autocast}
-        generator = make_generator("hf", model, tokenizer, tiny_policy_dir, **options)
-        assert type(generator) is HFGenerator and generator.model is model
+        generator = make_generator("hf", loaded.model, loaded.tokenizer, tiny_policy_dir, **options)
+        assert type(generator) is HFGenerator and generator.model is loaded.model
+
+
+def test_without_autocast_a_lora_policy_samples_from_a_merged_fp32_copy(tiny_policy_dir):
+    model, tokenizer = lora_policy(tiny_policy_dir)
+    generator = make_generator("hf", model, tokenizer, tiny_policy_dir, autocast=nullcontext)
+    assert isinstance(generator, SnapshotGenerator)
+    copy_params = dict(generator.model.named_parameters())
+    assert {p.dtype for p in copy_params.values()} == {torch.float32}
+    assert not any("lora" in name for name in copy_params)
+    torch.testing.assert_close(copy_params[Q_PROJ + ".weight"], merged_q_proj(model).detach())
+    assert greedy(generator) == greedy(HFGenerator(model, tokenizer))  # the live adapter's text
 
 
 def test_the_copy_changes_only_through_push_weights(tiny_policy_dir):

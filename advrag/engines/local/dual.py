@@ -17,9 +17,8 @@ step ahead; ``AgentTrainers.resume`` loads the newest step that *both* have, so
 it needs ``keep_last >= 2``.
 
 Sampling must use the agent's own adapter: ``agent_generators`` gives each
-agent a copy with only its adapter merged (a vLLM engine, or a bf16 copy under
-CPU bf16, pushed after its updates), or wraps the shared model's generator in
-``AdapterGenerator``, which activates the adapter before every ``generate`` call.
+agent a copy with only its adapter merged (a vLLM engine, or a transformers
+copy in the policy's compute dtype), pushed after its updates.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from advrag.agents.types import TextGenerator
 from advrag.common.fileio import atomic_dir
 from advrag.engines.generators import make_generator
 from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
-from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import (
     ADAPTER_FILE,
     LoraSettings,
@@ -138,22 +136,6 @@ def separate_policies(models: Mapping[str, nn.Module], lora: LoraSettings | None
     }
 
 
-class AdapterGenerator:
-    """A ``TextGenerator`` that activates one agent's adapter before each ``generate`` call."""
-
-    def __init__(self, inner: HFGenerator, policy: AdapterPolicy):
-        self.inner = inner
-        self.policy = policy
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        return self.inner.chat_prompt(user, system)
-
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
-                 stop: Sequence[str] = ()) -> list[str]:
-        self.policy.activate()
-        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
-
-
 def agent_generators(policies: Mapping[str, TrainablePolicy], tokenizers: Mapping[str, Any], *,
                      temperature: float, batch_size: int = 64, backend: str = "hf",
                      model_dirs: Mapping[str, str | Path] | None = None, **engine
@@ -174,18 +156,15 @@ def agent_generator(policy: TrainablePolicy, tokenizer, *, temperature: float,
     (``make_generator``'s; vLLM needs ``model_dir``, the base checkpoint).
 
     vLLM: an engine of this agent's own, its adapter merged into every push.
-    transformers under bf16 autocast over fp32 weights: a bf16 copy with this
-    agent's adapter merged (``SnapshotGenerator``; ``push_weights`` after each
-    of its updates), faster than sampling through autocast. Otherwise the live
-    weights, this agent's adapter activated before each call.
+    transformers: for a LoRA agent (every agent on a shared base) or under bf16
+    autocast over fp32 weights, a copy in the compute dtype with this agent's
+    adapter merged (``SnapshotGenerator``; ``push_weights`` after each of its
+    updates); a plain fp32 model samples from its live weights.
     """
     adapter = policy.name if isinstance(policy, AdapterPolicy) else None
-    generator = make_generator(backend, policy.model, tokenizer, model_dir, adapter=adapter,
-                               temperature=temperature, batch_size=batch_size,
-                               autocast=policy.autocast, **engine)
-    live = adapter and isinstance(generator, HFGenerator) and not isinstance(
-        generator, SnapshotGenerator)
-    return AdapterGenerator(generator, policy) if live else generator
+    return make_generator(backend, policy.model, tokenizer, model_dir, adapter=adapter,
+                          temperature=temperature, batch_size=batch_size,
+                          autocast=policy.autocast, **engine)
 
 
 def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
