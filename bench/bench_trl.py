@@ -242,7 +242,7 @@ def random_weights_copy(model: str, out_dir: Path, seed: int) -> str:
 
     from advrag.models.loading import resolve_model_dir
 
-    source = resolve_model_dir(model) if model == "smollm2" else model
+    source = resolve_model_dir(model)
     torch.manual_seed(seed)
     AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source)).save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)

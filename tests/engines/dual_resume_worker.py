@@ -39,6 +39,7 @@ from advrag.engines.local.dual import (
     shared_lora_policies,
 )
 from advrag.engines.local.policy import LoraSettings
+from advrag.engines.local.steps import push_updated_weights
 from advrag.engines.local.trainer import TrainConfig, seed_everything
 from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
@@ -148,7 +149,7 @@ def main() -> None:
     if args.resume:
         position = dual.resume(args.checkpoints)["data_position"]
         for name, generator in generators.items():  # as RLRecipe.resume does
-            generator.push_weights(dual[name].policy.model)
+            push_updated_weights(generator, dual[name])
     metrics = run(dual, generators, retriever, records, position=position, until=args.until,
                   checkpoint_root=args.checkpoints)
     while args.hang:
