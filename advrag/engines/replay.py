@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from advrag.agents.types import TextGenerator
+from advrag.engines.local.decoding import decode
 from advrag.engines.local.generation import HFGenerator
 
 
@@ -77,27 +76,21 @@ class RecordingGenerator:
         return sum(call.tokens for call in self.calls)
 
 
-@torch.no_grad()
 def _replay_hf(generator: HFGenerator, call: GenerateCall) -> int:
-    """The call's prompts through ``model.generate`` in the generator's micro-batches, each
-    run for its longest completion (as the loop's batch ran until its last row stopped);
-    the tokens the engine produced (rows × steps, padding rows included)."""
+    """The call's prompts through ``decode`` in the generator's micro-batches, each row
+    forced to its recorded length (end of sequence suppressed, no stop strings); the tokens
+    the engine produced."""
     tok, size = generator.tokenizer, generator.batch_size
-    sampling = generator.temperature > 0
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     produced = 0
     for start in range(0, len(call.prompts), size):
-        length = max(call.completion_tokens[start:start + size])
-        enc = tok(call.prompts[start:start + size], return_tensors="pt", padding=True,
-                  truncation=True, max_length=generator.max_prompt_tokens,
-                  add_special_tokens=False).to(generator.model.device)
+        ids = tok(call.prompts[start:start + size], truncation=True,
+                  max_length=generator.max_prompt_tokens, add_special_tokens=False)["input_ids"]
         with generator.autocast():
-            out = generator.model.generate(
-                **enc, min_new_tokens=length, max_new_tokens=length, do_sample=sampling,
-                temperature=generator.temperature if sampling else None,
-                top_p=generator.top_p if sampling else None, top_k=None,
-                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-            )
-        produced += out[:, enc["input_ids"].shape[1]:].numel()
+            new = decode(generator.model, ids, max_new_tokens=call.completion_tokens[start:start + size],
+                         pad_id=pad, eos_ids={tok.eos_token_id}, temperature=generator.temperature,
+                         top_p=generator.top_p, ignore_eos=True)
+        produced += sum(len(row) for row in new)
     return produced
 
 

@@ -44,13 +44,14 @@ def test_recording_changes_nothing_and_counts_every_call(policy, questions, smal
     assert recorder.tokens == sum(sum(c.completion_tokens) for c in recorder.calls)
 
 
-def test_hf_replay_runs_each_micro_batch_for_its_longest_completion(policy):
-    """Batch size 2 over lengths [3, 5, 4]: micro-batches run 5 and 4 steps → 2·5 + 1·4 tokens."""
+def test_hf_replay_runs_each_row_for_its_own_length(policy):
+    """Lengths [3, 5, 4] in micro-batches of 2: rows leave the batch at their own lengths, so
+    the engine produces 3 + 5 + 4 tokens per call."""
     generator = HFGenerator(policy.model, policy.tokenizer, batch_size=2, temperature=1.0)
     call = GenerateCall(["The river", "Zorvath is a city", "Who founded"], 8, [3, 5, 4], 0.1)
     torch.manual_seed(0)
     seconds, produced = replay(generator, [call, call])
-    assert produced == 2 * (2 * 5 + 1 * 4)
+    assert produced == 2 * (3 + 5 + 4)
     assert seconds > 0
 
 

@@ -1,8 +1,9 @@
 """Batched text generation with a transformers causal LM (the default back-end).
 
-Implements ``advrag.agents.types.TextGenerator``: prompts are left-padded and
-generated together in micro-batches; each continuation is cut right after the
-first stop string it contains (the stop string is kept), which is what the
+Implements ``advrag.agents.types.TextGenerator``: prompts are generated together
+in micro-batches by ``decoding.decode`` (their shared prefix prefilled once,
+each row leaving the batch when it stops); each continuation is cut right after
+the first stop string it contains (the stop string is kept), which is what the
 agents' tag protocol expects.
 """
 
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from advrag.common.device import pick_device
+from advrag.engines.local.decoding import decode
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -72,29 +74,41 @@ class HFGenerator(ChatPrompting):
             outputs.extend(self._generate_batch(batch, max_new_tokens, stop))
         return outputs
 
-    @torch.no_grad()
     def _generate_batch(self, prompts: list[str], max_new_tokens: int,
                         stop: Sequence[str]) -> list[str]:
-        """One left-padded ``model.generate`` call; decode only the new tokens."""
+        """One batch through ``decode`` (shared prefix once, finished rows dropped); the new
+        tokens' text, cut after the first stop string."""
         tok = self.tokenizer
-        enc = tok(prompts, return_tensors="pt", padding=True, truncation=True,
-                  max_length=self.max_prompt_tokens, add_special_tokens=False)
-        enc = enc.to(self.model.device)
-        sampling = self.temperature > 0
+        ids = tok(prompts, truncation=True, max_length=self.max_prompt_tokens,
+                  add_special_tokens=False)["input_ids"]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         with self.autocast():
-            out = self.model.generate(
-                **enc, max_new_tokens=max_new_tokens, do_sample=sampling,
-                temperature=self.temperature if sampling else None,
-                top_p=self.top_p if sampling else None, top_k=None,
-                stop_strings=list(stop) or None, tokenizer=tok,
-                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-            )
-        new_tokens = out[:, enc["input_ids"].shape[1]:]
-        lengths = (new_tokens != tok.pad_token_id).sum(dim=1).tolist()
+            new_tokens = decode(self.model, ids, max_new_tokens=max_new_tokens, pad_id=pad,
+                                eos_ids={tok.eos_token_id}, temperature=self.temperature,
+                                top_p=self.top_p, stopped=stop_condition(tok, stop))
+        lengths = [sum(t != pad for t in row) for row in new_tokens]
         self.last_completion_tokens.extend(lengths)
         self.generated_tokens += sum(lengths)
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
+
+
+def stop_condition(tokenizer, stop: Sequence[str]) -> Callable[[list[int]], bool] | None:
+    """Whether new token ids contain a stop string (None without stop strings).
+
+    A stop string that the last token completed lies within the last ``len(string)``
+    tokens (each holds at least one of its characters), so only that tail is decoded.
+    """
+    stop = [s for s in stop if s]
+    if not stop:
+        return None
+    window = max(len(s) for s in stop)
+
+    def stopped(ids: list[int]) -> bool:
+        tail = tokenizer.decode(ids[-window:])
+        return any(s in tail for s in stop)
+
+    return stopped
 
 
 class SnapshotGenerator(HFGenerator):

@@ -1,0 +1,122 @@
+"""Our decoding loop against transformers' ``model.generate`` on the benchmark's Search-R1 episodes.
+
+    python bench/bench_decoding.py [--model smollm2] [--questions 32] [--repeats 3]
+
+The same questions of the offline world's test split run as `make demo`'s benchmark runs
+them (Search-R1, 2 turns and the forced answer, 80 new tokens a call, one batch of 32,
+fp32 unless the CPU runs bf16 natively) through two generators on the same model: ours
+(``HFGenerator`` on ``advrag.engines.local.decoding``: the shared prompt prefix
+prefilled once, rows prefilled in groups of similar length, the KV cache written in
+place, finished rows leaving the batch) and the same generator calling
+``model.generate`` as it did before (every prompt prefilled whole and padded to the
+longest, every row decoded until the batch's last one stops). Greedy first —
+where both must write the same trajectories, and the file says how many do — then
+sampled at temperature 1 as rollouts are. The two alternate in each repeat; the report
+gives the median seconds per episode batch, the completion tokens and their ratio.
+Needs `dvc repro` to have built the index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from reporting import write_report
+
+from advrag.agents.search_loop import run_search_agent
+from advrag.datasets.loaders import load_qa
+from advrag.engines.local.generation import HFGenerator, cut_at_stop, pick_dtype
+from advrag.models.loading import load_policy
+from advrag.retrieval.retriever import load_retriever
+
+
+class GenerateBaseline(HFGenerator):
+    """``HFGenerator`` as it was: one left-padded ``model.generate`` call per micro-batch."""
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts, max_new_tokens, stop):
+        tok = self.tokenizer
+        enc = tok(prompts, return_tensors="pt", padding=True, truncation=True,
+                  max_length=self.max_prompt_tokens, add_special_tokens=False)
+        enc = enc.to(self.model.device)
+        sampling = self.temperature > 0
+        with self.autocast():
+            out = self.model.generate(
+                **enc, max_new_tokens=max_new_tokens, do_sample=sampling,
+                temperature=self.temperature if sampling else None,
+                top_p=self.top_p if sampling else None, top_k=None,
+                stop_strings=list(stop) or None, tokenizer=tok,
+                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        new_tokens = out[:, enc["input_ids"].shape[1]:]
+        lengths = (new_tokens != tok.pad_token_id).sum(dim=1).tolist()
+        self.last_completion_tokens.extend(lengths)
+        self.generated_tokens += sum(lengths)
+        texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
+        return [cut_at_stop(t, stop) for t in texts]
+
+
+def episodes(generator: HFGenerator, questions, retriever, args) -> tuple[float, int, list[str]]:
+    """Seconds, completion tokens and transcripts of one batch of Search-R1 episodes."""
+    before, start = generator.generated_tokens, time.perf_counter()
+    trajectories = run_search_agent(questions, generator, retriever, max_turns=args.max_turns,
+                                    topk=3, max_new_tokens=args.max_new_tokens)
+    seconds = time.perf_counter() - start
+    return seconds, generator.generated_tokens - before, [t.text for t in trajectories]
+
+
+def compare(policy, questions, retriever, temperature: float, args) -> dict:
+    """Both generators at ``temperature``, alternating, ``args.repeats`` times each."""
+    make = {"ours": HFGenerator, "generate": GenerateBaseline}
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in make}
+    texts: dict[str, list[str]] = {}
+    for repeat in range(args.repeats):
+        for name, cls in make.items():
+            torch.manual_seed(repeat)
+            generator = cls(policy.model, policy.tokenizer, batch_size=args.questions,
+                            temperature=temperature)
+            seconds, tokens, texts[name] = episodes(generator, questions, retriever, args)
+            runs[name].append((seconds, tokens))
+            print(f"T={temperature} {name}: {seconds:.1f} s, {tokens} tokens", flush=True)
+    seconds = {name: statistics.median(s for s, _ in r) for name, r in runs.items()}
+    rates = {name: statistics.median(t / s for s, t in r) for name, r in runs.items()}
+    result = {"runs": {name: [{"seconds": s, "tokens": t} for s, t in r]
+                       for name, r in runs.items()},
+              "median_seconds": seconds, "median_tokens_per_s": rates,
+              "seconds_generate_over_ours": seconds["generate"] / seconds["ours"],
+              "tokens_per_s_ours_over_generate": rates["ours"] / rates["generate"]}
+    if temperature == 0:
+        result["identical_greedy_trajectories"] = sum(
+            a == b for a, b in zip(texts["ours"], texts["generate"], strict=True))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--questions", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=80)
+    parser.add_argument("--index", type=Path, default=Path("processed/index"))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/decoding.json"))
+    args = parser.parse_args()
+
+    dtype = pick_dtype("auto")
+    policy = load_policy(args.model, dtype=dtype)
+    retriever = load_retriever(args.index)
+    questions = [r.question for r in load_qa(Path("data/world/test.jsonl"),
+                                             limit=args.questions)]
+    report = {"model": args.model, "dtype": dtype, "device": str(policy.model.device),
+              "questions": len(questions), "max_turns": args.max_turns,
+              "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+              "threads": torch.get_num_threads(),
+              "greedy": compare(policy, questions, retriever, 0.0, args),
+              "sampled_t1": compare(policy, questions, retriever, 1.0, args)}
+    write_report(args.out, report)
+
+
+if __name__ == "__main__":
+    main()
