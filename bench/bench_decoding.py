@@ -1,6 +1,7 @@
 """Our decoding loop against transformers' ``model.generate`` on the benchmark's Search-R1 episodes.
 
     python bench/bench_decoding.py [--model smollm2] [--questions 32] [--repeats 3]
+                                   [--temperatures 0 1]
 
 The same questions of the offline world's test split run as `make demo`'s benchmark runs
 them (Search-R1, 2 turns and the forced answer, 80 new tokens a call, one batch of 32,
@@ -11,7 +12,7 @@ place, finished rows leaving the batch) and the same generator calling
 ``model.generate`` as it did before (every prompt prefilled whole and padded to the
 longest, every row decoded until the batch's last one stops). Greedy first —
 where both must write the same trajectories, and the file says how many do — then
-sampled at temperature 1 as rollouts are. The two alternate in each repeat; the report
+sampled at temperature 1 as rollouts are (``--temperatures``). The two alternate in each repeat; the report
 gives the median seconds per episode batch, the completion tokens and their ratio.
 Needs `dvc repro` to have built the index.
 """
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
@@ -113,8 +115,8 @@ def main() -> None:
               "questions": len(questions), "max_turns": args.max_turns,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "threads": torch.get_num_threads(),
-              "greedy": compare(policy, questions, retriever, 0.0, args),
-              "sampled_t1": compare(policy, questions, retriever, 1.0, args)}
+              "temperatures": {str(t): compare(policy, questions, retriever, t, args)
+                               for t in args.temperatures}}
     write_report(args.out, report)
 
 

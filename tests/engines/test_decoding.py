@@ -42,7 +42,8 @@ def token_ids(policy, texts):
 def reference_greedy(policy, prompt: list[int], new_tokens: int) -> list[int]:
     """``model.generate`` on one prompt alone (no padding), up to and including an EOS."""
     tok = policy.tokenizer
-    out = policy.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
+    ids = torch.tensor([prompt], device=policy.model.device)
+    out = policy.model.generate(ids, attention_mask=torch.ones_like(ids),
                                 max_new_tokens=new_tokens, do_sample=False,
                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     return out[0, len(prompt):].tolist()
