@@ -68,6 +68,7 @@ lint: install
 bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/bench_generation.py
+	$(PY) bench/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
 	$(PY) bench/bench_train.py --cpu-bf16
 	$(PY) bench/bench_update.py
 	$(PY) bench/bench_omp_wait.py --repeats 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_weights import redraw_matrices
 
 from advrag.engines.local.decoding import (
     MIN_SHARED_PREFIX,
@@ -27,11 +28,7 @@ QUESTIONS = ["Zorvath is a city", "The river", "Who founded the company in the n
 def policy(tiny_policy_dir):
     """The tiny policy with N(0, 0.3) matrices."""
     loaded = load_policy(str(tiny_policy_dir))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for weight in loaded.model.parameters():
-            if weight.ndim == 2:
-                weight.normal_(0.0, 0.3)
+    redraw_matrices(loaded.model)
     return loaded
 
 

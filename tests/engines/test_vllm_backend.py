@@ -16,6 +16,7 @@ import sys
 
 import pytest
 import torch
+from tiny_weights import redraw_matrices
 
 from advrag.engines.generators import compute_dtype, make_generator
 from advrag.engines.local.generation import HFGenerator
@@ -42,11 +43,7 @@ def model_dir(tmp_path_factory, small_world_dir):
     out = build_tiny_policy(tmp_path_factory.mktemp("vllm-tiny"),
                             [json.loads(line)["contents"] for line in corpus], heads=2)
     policy = load_policy(str(out))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for weight in policy.model.parameters():
-            if weight.ndim == 2:
-                weight.normal_(0.0, 0.3)
+    redraw_matrices(policy.model)
     policy.model.save_pretrained(out)
     return out
 
