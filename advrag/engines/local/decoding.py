@@ -91,10 +91,13 @@ class _BufferedLayer(DynamicLayer):
         return buffers[0], buffers[1]
 
     def _expose(self, length: int) -> None:
+        """Hand out the first ``length`` positions as ``keys`` and ``values`` (views)."""
         self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs
                ) -> tuple[Tensor, Tensor]:
+        """Write the new positions after the filled ones (growing the buffers only when
+        full); all keys and values so far."""
         start = self.keys.shape[-2]
         end = start + key_states.shape[-2]
         if end > self._keys.shape[-2]:
@@ -105,6 +108,7 @@ class _BufferedLayer(DynamicLayer):
         return self.keys, self.values
 
     def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep the rows ``indices`` (the rows still decoding), buffers included."""
         length = self.keys.shape[-2]
         self._keys, self._values = self._keys[indices], self._values[indices]
         self._expose(length)
@@ -116,6 +120,7 @@ def _cache_of(layers: Sequence[tuple[Tensor, Tensor]], reserve: int) -> Cache:
 
 
 def _layers_of(cache: Cache) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's cached ``(keys, values)``."""
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
