@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from advrag.agents.types import TextGenerator
 from advrag.engines.local.decoding import decode
-from advrag.engines.local.generation import HFGenerator
+from advrag.engines.local.generation import HFGenerator, padding_id
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _replay_hf(generator: HFGenerator, call: GenerateCall) -> int:
     forced to its recorded length (end of sequence suppressed, no stop strings); the tokens
     the engine produced."""
     tok, size = generator.tokenizer, generator.batch_size
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad = padding_id(tok)
     produced = 0
     for start in range(0, len(call.prompts), size):
         ids = tok(call.prompts[start:start + size], truncation=True,

@@ -165,9 +165,8 @@ class _Prefill:
     """
 
     def __init__(self, forward: _Forward, prompts: Sequence[Sequence[int]], pad_id: int,
-                 budget: int):
-        self.forward, self.pad_id, self.budget = forward, pad_id, budget
-        self.device = next(forward.model.parameters()).device
+                 budget: int, device: torch.device):
+        self.forward, self.pad_id, self.budget, self.device = forward, pad_id, budget, device
         shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
         self.shared = shared if shared >= MIN_SHARED_PREFIX else 0
         self.prefix = list(prompts[0][:self.shared])
@@ -260,7 +259,7 @@ def decode(
     device = next(model.parameters()).device
     banned = torch.tensor(sorted(eos_ids), device=device) if ignore_eos else None
     forward = _Forward(model)
-    prefill = _Prefill(forward, [prompts[r] for r in live], pad_id, prefill_tokens)
+    prefill = _Prefill(forward, [prompts[r] for r in live], pad_id, prefill_tokens, device)
     logits, cache, mask, positions = prefill.run(reserve=max(limits[r] for r in live))
     while True:
         if banned is not None:

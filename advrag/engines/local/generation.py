@@ -81,7 +81,7 @@ class HFGenerator(ChatPrompting):
         tok = self.tokenizer
         ids = tok(prompts, truncation=True, max_length=self.max_prompt_tokens,
                   add_special_tokens=False)["input_ids"]
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        pad = padding_id(tok)
         with self.autocast():
             new_tokens = decode(self.model, ids, max_new_tokens=max_new_tokens, pad_id=pad,
                                 eos_ids={tok.eos_token_id}, temperature=self.temperature,
@@ -91,6 +91,11 @@ class HFGenerator(ChatPrompting):
         self.generated_tokens += sum(lengths)
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
+
+
+def padding_id(tokenizer) -> int:
+    """The tokenizer's pad id, its end-of-sequence id where it has none."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def stop_condition(tokenizer, stop: Sequence[str]) -> Callable[[list[int]], bool] | None:
