@@ -113,10 +113,13 @@ def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int
 
 def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs: dict,
                      versions: dict[str, str]) -> dict:
-    """Benchmark the base, warmed-up and trained models; tag the versions with the trained one's."""
+    """Benchmark the base (unless ``benchmark_base`` is off), warmed-up and trained models; tag
+    the versions with the trained one's."""
     stages = recipe.benchmark_models(start_model, model_dirs)
     if start_model == recipe.config.model:
         del stages["warmup"]
+    if not recipe.config.benchmark_base:
+        del stages["base"]
     results, evaluation = {}, {}
     for stage, fields in stages.items():
         settings: BenchmarkConfig = recipe.config.evaluate.model_copy(update=fields)

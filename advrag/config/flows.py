@@ -180,7 +180,8 @@ class RLRunConfig(Strict):
     RUN_CONTROL: ClassVar[frozenset[str]] = frozenset({
         "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
         "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
-        "world_dir", "index_dir", "rollout_backend", "registered_discriminator"})
+        "world_dir", "index_dir", "rollout_backend", "registered_discriminator",
+        "benchmark_base"})
 
     lora: LoraSettings | None = Field(
         default_factory=lambda: LoraSettings(r=16, alpha=32),
@@ -190,6 +191,10 @@ class RLRunConfig(Strict):
     max_train_minutes: float | None = Field(
         None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "
         "after the update that spends it; null = run all steps. The LR schedule still spans steps.",
+    )
+    benchmark_base: bool = Field(
+        True, description="Benchmark the untrained base model as well (with evaluate): the "
+        "reference row; false spares its minutes where only warm-up → trained matters.",
     )
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")

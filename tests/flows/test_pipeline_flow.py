@@ -1,6 +1,7 @@
 """The design card's pipeline end to end (tiny model, small world, real DVC/GX/MLflow/Prefect).
 
-The first run chains data → warm-up → discriminator SFT → GAR → benchmark → promotion,
+The first run chains data → warm-up → discriminator SFT → GAR → benchmark (of the warm-up and
+trained reasoner: ``benchmark_base`` is off) → promotion,
 each stage a run nested under the pipeline's; the second run, on unchanged inputs,
 skips the discriminator SFT and the RL stage and reaches the same decision.
 """
@@ -59,7 +60,7 @@ def tiny_pipeline(project: Path, policy: Path) -> PipelineConfig:
         "optim": {"lr": 1e-2, "group_size": 2, "micro_batch_size": 2, "max_seq_len": 512},
         "warmup": {"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2, "epochs": 1}},
         "registered_reasoner": "tiny-reasoner", "registered_discriminator": "tiny-judge",
-        "evaluate": {"methods": ["search_r1"], "dtype": "float32", "limit": 4, "batch_size": 4,
+        "benchmark_base": False, "evaluate": {"methods": ["search_r1"], "dtype": "float32", "limit": 4, "batch_size": 4,
                      "max_turns": 1, "max_new_tokens": 8}})
     judge = write(project / "discriminator.yaml", common | {
         "sft": {"lr": 1e-2, "epochs": 1, "batch_size": 8, "micro_batch_size": 8,
@@ -78,6 +79,7 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
 
     assert first["decision"]["alias"] == CHAMPION
     assert set(first["trained"]["versions"]) == {"reasoner", "discriminator"}
+    assert {"warmup", "trained"} <= set(first["trained"]) and "base" not in first["trained"]
     experiment = mlflow.get_experiment_by_name("pipeline-test").experiment_id
     children = mlflow.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{first['run_id']}'",
                                   output_format="list")
