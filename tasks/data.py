@@ -16,7 +16,7 @@ def build_world(section: WorldSection) -> Path:
     world directory is always rebuilt — DVC's hashes make the rest a no-op)."""
     return dataplane.build_world(
         section.out_dir, seed=section.seed, n_train=section.n_train,
-        n_dev=section.n_dev, n_test=section.n_test,
+        n_dev=section.n_dev, n_test=section.n_test, passage_words=section.passage_words,
     )
 
 

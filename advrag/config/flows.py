@@ -63,6 +63,8 @@ class WorldSection(Strict):
     n_train: int = Field(500, ge=1, description="Training questions.")
     n_dev: int = Field(100, ge=1, description="Development questions.")
     n_test: int = Field(100, ge=1, description="Held-out test questions.")
+    passage_words: int = Field(100, ge=40, le=120, description="Words per passage (facts, then "
+                               "filler up to it): shorter passages, shorter prompts.")
 
 
 class DataConfig(Strict):

@@ -172,3 +172,14 @@ def test_written_world_loads_back(tmp_path, world):
     doc = json.loads(paths["world"].read_text())
     assert WorldConfig(**doc["config"]) == world.config
     assert len(doc["entities"]) == len(world.entities)
+
+
+def test_the_pipeline_world_section_sets_the_passage_length(tmp_path):
+    from advrag.config import WorldSection
+    from advrag.tasks.data import build_world
+
+    section = WorldSection(out_dir=tmp_path, seed=3, n_train=10, n_dev=5, n_test=5,
+                           passage_words=60)
+    build_world.fn(section)
+    counts = [len(_body(p["contents"]).split()) for p in load_corpus(tmp_path / "corpus.jsonl")]
+    assert 60 <= min(counts) and max(counts) <= 74  # the bounds of test_passage_lengths_near_target
