@@ -40,7 +40,6 @@ class GarRecipe(Recipe):
         self.references: dict[str, list] = {}  # question id → its demonstration's slices
         self.scorer = None
         self.count_tokens = None
-        self.last_batch: tuple | None = None  # (retriever, records) of the latest update
         self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
@@ -84,7 +83,6 @@ class GarRecipe(Recipe):
         """One joint update on ``records`` (``engines.local.gar_step``)."""
         from advrag.engines.local.gar_step import gar_step
 
-        self.last_batch = (retriever, list(records))
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
         return gar_step(self.trainers, self.generators, retriever, records, self.config,
                         references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
@@ -121,8 +119,8 @@ class GarRecipe(Recipe):
 
     def figures(self, history: list[dict[str, float]]) -> dict:
         """The reasoner's reward and answer score; the discriminator's scores and accuracy; the
-        histograms of its slice scores (first and last update of this run); and the trained
-        judge's verdicts and rationales on a few slices of the last batch."""
+        histograms of its slice scores (first and last update of this run); and its verdicts and
+        rationales on a few slices of the last update."""
         from advrag.evaluation.reports import (
             gar_curves,
             judged_slices_figure,
@@ -132,39 +130,22 @@ class GarRecipe(Recipe):
         figures = {"gar_curves.png": gar_curves(history)}
         if self.slice_log:  # the judge ran (slices it could not score are left out; 0 shows)
             figures["slice_scores.png"] = slice_score_histograms(self.slice_log)
-        examples = [] if self.scorer is None or self.last_batch is None else \
-            self.judged_examples(*self.last_batch)
+        examples = self.judged_examples()
         if examples:
             figures["judged_slices.png"] = judged_slices_figure(examples)
         return figures
 
-    def judged_examples(self, retriever: Retriever, records: Sequence[QARecord],
-                        n: int = JUDGED_SHOWN) -> list[dict]:
-        """The judge on up to ``n // 2`` slices of one fresh rollout per question and as many
-        reference slices (fewer when the rollouts have fewer): the rows of ``judged_slices.png``."""
-        from advrag.core.rewards import ANSWER_METRICS
+    def judged_examples(self, n: int = JUDGED_SHOWN) -> list[dict]:
+        """Up to ``n // 2`` generated slices of the last update and as many reference slices
+        (fewer when it judged fewer), with the judge's verdict and rationale: the rows of
+        ``judged_slices.png``. Nothing is generated again: these are the update's own judgments."""
         from advrag.curation.gar_labels import parse_verdict
-        from advrag.engines.local.gar_step import generated_slices, judge, reference_slices
-        from advrag.engines.local.steps import rollout
 
-        c = self.config
-        trajectories, repeated = rollout(
-            records, self.generators["reasoner"], retriever, group_size=1,
-            rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
-                            "max_new_tokens": c.max_new_tokens})
-        correct = [bool(t.answer) and ANSWER_METRICS[c.reward_metric](t.answer, r.golden_answers) >= 1
-                   for t, r in zip(trajectories, repeated)]
-        generated = generated_slices(trajectories, repeated, self.count_tokens,
-                                     c.max_slice_tokens)[:n // 2]
-        pool = [s for r in records for s in self.reference_slices(r, retriever)]
-        slices = generated + reference_slices(pool, max(len(generated), 1), seed=0)
-        judgments, probs = judge(self.generators["discriminator"], self.scorer, slices,
-                                 c.max_judge_tokens)
-        return [{"source": "reference" if s.trajectory is None else "generated",
-                 "question": s.question, "slice": s.text, "p_yes": p,
-                 "verdict": parse_verdict(j.policy_text()), "rationale": rationale(j.policy_text()),
-                 "correct": None if s.trajectory is None else correct[s.trajectory]}
-                for s, j, p in zip(slices, judgments, probs)]
+        judged = self.slice_log[-1]["judged"] if self.slice_log else []
+        generated = [j for j in judged if j["source"] == "generated"][:n // 2]
+        references = [j for j in judged if j["source"] == "reference"][:max(len(generated), 1)]
+        return [j | {"verdict": parse_verdict(j["judgment"]), "rationale": rationale(j["judgment"])}
+                for j in generated + references]
 
 
 def rationale(judgment: str) -> str:

@@ -40,7 +40,9 @@ def test_gar_updates_and_registers_both_agents(
     assert {"gar_curves.png", "judged_slices.png", "slice_scores.png"} <= figures
     png = client.download_artifacts(result["run_id"], "judged_slices.png", str(tmp_path / "dl"))
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-    examples = recipe.judged_examples(*recipe.last_batch)
+    examples = recipe.judged_examples()
+    assert all(e in recipe.slice_log[-1]["judged"] for e in
+               [{k: v for k, v in e.items() if k not in ("verdict", "rationale")} for e in examples])
     generated = sum(e["source"] == "generated" for e in examples)
     assert 0 < len(examples) <= 6 and generated <= 3  # the tiny world may lack a reference
     assert len(examples) - generated <= max(generated, 1)

@@ -13,6 +13,7 @@ from advrag.engines.local.gar_step import (
     Slice,
     discriminator_metrics,
     generated_slices,
+    judged_slices,
     judgment_rewards,
     reference_slices,
 )
@@ -56,3 +57,19 @@ def test_discriminator_metrics_score_the_balanced_set():
     # accuracy over readable verdicts: reference 0.9 > 0.5 right, generated 0.2 ≤ 0.5 right
     assert m["discriminator/accuracy"] == 1.0 and m["discriminator/malformed"] == pytest.approx(1 / 3)
     assert (m["slices/generated"], m["slices/reference"]) == (2.0, 1.0)
+
+
+def test_judged_slices_pair_each_slice_with_its_judgment_and_its_rollouts_answer():
+    slices = [Slice("q", "Q?", "gen a", 1), Slice("q", "Q?", "ref", None)]
+    judgments = []
+    for text in ("Verdict: yes", "Verdict:"):
+        t = Trajectory()
+        t.add("<judge prompt>", "prompt")
+        t.add(text, "policy")
+        judgments.append(t)
+    records = judged_slices(slices, judgments, [0.75, None], correct=[False, True])
+    assert records == [
+        {"source": "generated", "question": "Q?", "slice": "gen a", "p_yes": 0.75,
+         "judgment": "Verdict: yes", "correct": True},
+        {"source": "reference", "question": "Q?", "slice": "ref", "p_yes": None,
+         "judgment": "Verdict:", "correct": None}]

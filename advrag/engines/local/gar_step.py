@@ -86,6 +86,15 @@ def judge(generator: TextGenerator, scorer: Callable, slices: Sequence[Slice],
     return judgments, scorer(prompts, outputs) if prompts else []
 
 
+def judged_slices(slices: Sequence[Slice], judgments: Sequence[Trajectory],
+                  probs: Sequence[float | None], correct: Sequence[bool]) -> list[dict]:
+    """One record per judged slice: where it came from, its text, P(yes) and the judgment."""
+    return [{"source": "reference" if s.trajectory is None else "generated",
+             "question": s.question, "slice": s.text, "p_yes": p, "judgment": j.policy_text(),
+             "correct": None if s.trajectory is None else correct[s.trajectory]}
+            for s, j, p in zip(slices, judgments, probs, strict=True)]
+
+
 def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
                      correct: Sequence[bool], config: GARConfig) -> list[float]:
     """Each judgment's share of λ3·R_d + λ4·R_a (module docstring); malformed ones penalised."""
@@ -106,7 +115,9 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
              references: Sequence[Slice], scorer: Callable | None, count_tokens: Callable,
              step: int, slice_log: list[dict] | None = None) -> dict[str, float]:
     """One joint update (module docstring); the step's metrics. ``slice_log``, when given, gets
-    the step's P(yes) per slice kind: ``{"step", "reference": [...], "generated": [...]}``."""
+    the step's P(yes) per slice kind and every judged slice: ``{"step", "reference": [...],
+    "generated": [...], "judged": [{"source", "question", "slice", "p_yes", "judgment",
+    "correct"}, ...]}`` (``correct``: the rollout's answer; None for a reference slice)."""
     started = time.perf_counter()
     reasoner = trainers["reasoner"]
     reasoner.policy.model.eval()
@@ -145,11 +156,12 @@ def _judge_and_train_discriminator(trainers, generators, trajectories, repeated,
     generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens)
     slices = generated + reference_slices(references, len(generated), seed=step)
     judgments, probs = judge(generators["discriminator"], scorer, slices, config.max_judge_tokens)
+    correct = [m >= 1.0 for m in answer_scores]
     if slice_log is not None:
         slice_log.append({"step": step, **{kind: [p for s, p in zip(slices, probs) if p is not None
                                                   and (s.trajectory is None) == (kind == "reference")]
-                                           for kind in ("reference", "generated")}})
-    correct = [m >= 1.0 for m in answer_scores]
+                                           for kind in ("reference", "generated")},
+                          "judged": judged_slices(slices, judgments, probs, correct)})
     per_rollout: list[list[float]] = [[] for _ in trajectories]
     for s, p in zip(slices, probs):
         if s.trajectory is not None:
