@@ -18,6 +18,7 @@ from __future__ import annotations
 from prefect import flow
 
 from advrag.config import DiscriminatorSFTConfig, config_hash
+from advrag.evaluation.reports import auroc_text
 from advrag.tasks import data, tracking
 from advrag.tasks import discriminator as steps
 
@@ -54,7 +55,8 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
                       **{f"heldout.{k}": f"{v:.4f}" for k, v in metrics.items()}}
         version = steps.register(config, run_id, adapter_dir, model_dir, provenance)
     print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f}; held-out "
-          f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, AUROC {metrics['auroc']:.3f}, "
+          f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, "
+          f"AUROC {auroc_text(metrics['auroc'])}, "
           f"{metrics['malformed']:.0f} malformed → {config.registered_model} v{version}")
     return {"run_id": run_id, "adapter_dir": str(adapter_dir), "model_dir": str(model_dir),
             "version": version, "slices": str(path), "slices_version": slices_version,

@@ -239,6 +239,11 @@ def judged_slices_figure(judgments: list[dict]):
     return fig
 
 
+def auroc_text(auroc: float) -> str:
+    """An AUROC to three decimals, or why there is none (NaN: one label among the scored)."""
+    return "n/a (the slices with a P(yes) hold one label)" if math.isnan(auroc) else f"{auroc:.3f}"
+
+
 def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     """The pipeline's result: the reasoner per stage on held-out questions, the judge, the decision.
 
@@ -259,7 +264,7 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
                   f"verdicts accuracy {m['accuracy']:.3f}, F1 {m['f1']:.3f}, "
                   f"{m.get('malformed', 0):.0f} malformed; P(yes) at its verdict (what GAR's "
                   f"rewards read) accuracy {m.get('p_yes_accuracy', math.nan):.3f}, "
-                  f"AUROC {m['auroc']:.3f}."]
+                  f"AUROC {auroc_text(m['auroc'])}."]
     lines += ["", f"Registry: v{decision['version']} → {decision['alias']} — "
               f"{decision.get('promotion.reason', '')}"]
     return "\n".join(lines)

@@ -56,3 +56,6 @@ def test_pipeline_table_reports_both_judge_readings_and_the_decision():
     assert ("held-out slices (10): written verdicts accuracy 0.000, F1 0.000, 10 malformed; "
             "P(yes) at its verdict (what GAR's rewards read) accuracy 0.700, AUROC 0.781.") in text
     assert text.endswith("Registry: v1 → champion — no champion yet")
+    judge["metrics"]["auroc"] = float("nan")  # judgment_metrics: one label among the scored
+    assert "AUROC n/a (the slices with a P(yes) hold one label)." in pipeline_markdown(
+        {}, judge, decision)
