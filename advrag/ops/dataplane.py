@@ -63,7 +63,7 @@ def configure_s3_remote(name: str, url: str, endpoint_url: str | None = None, *,
 
 
 def build_world(out_dir: Path, *, seed: int, n_train: int, n_dev: int, n_test: int,
-                passage_words: int = 100) -> Path:
+                passage_words: int) -> Path:
     """Generate the offline world and write its corpus and QA splits to ``out_dir``."""
     from advrag.datasets.world import WorldConfig, generate_world, write_world
 
