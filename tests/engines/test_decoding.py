@@ -12,6 +12,7 @@ from tiny_weights import redraw_matrices
 
 from advrag.engines.local.decoding import (
     MIN_SHARED_PREFIX,
+    PrefixStore,
     choose_tokens,
     decode,
     length_groups,
@@ -140,3 +141,108 @@ def test_generator_cuts_text_after_the_stop_string(policy):
     for full, cut in zip(free, stopped, strict=True):
         end = full.find(words[0])
         assert cut == (full[:end + len(words[0])] if end >= 0 else full)
+
+
+def test_prefix_store_hands_out_longest_starts_and_drops_them():
+    """``take``: the longest stored token prefix (one token left to the prompt), nothing under
+    MIN_SHARED_PREFIX, used entries dropped; ``add`` keeps the newest within the budget."""
+    def layers(n, fill):
+        return [(torch.full((1, 1, n, 2), fill), torch.full((1, 1, n, 2), -fill))]
+
+    store = PrefixStore(budget_bytes=10**6)
+    a = list(range(40))
+    b = list(range(20)) + [99] * 20
+    store.add(a, layers(40, 1.0))
+    store.add(b, layers(40, 2.0))
+    heads = store.take([a[:30] + [7], b[:25] + [5], a[:40], [5] * 30])
+    assert [h.length for h in heads] == [30, 25, 39, 0]
+    assert heads[0].layers[0][0].shape == (1, 1, 30, 2)
+    assert heads[0].layers[0][0].unique().tolist() == [1.0]
+    assert heads[1].layers[0][1].unique().tolist() == [-2.0]
+    assert store.take([a]) == [type(heads[3])(0, None)]  # both entries were used
+    short = list(range(MIN_SHARED_PREFIX - 1))
+    store.add(short, layers(len(short), 3.0))
+    assert store.take([short + [1, 2]])[0].layers is None
+    tight = PrefixStore(budget_bytes=2 * 2 * 40 * 2 * 4)  # room for two 40-token entries
+    for fill in (1.0, 2.0, 3.0):
+        tight.add([int(fill)] * 40, layers(40, fill))
+    assert tight.nbytes == 2 * 2 * 40 * 2 * 4
+    assert [h.length for h in tight.take([[1] * 41, [3] * 41])] == [0, 40]
+
+
+def count_prefill_tokens(model):
+    """A list that collects the input tokens of every forward over more than one position."""
+    seen: list[int] = []
+
+    def hook(module, args, kwargs):
+        ids = kwargs["input_ids"]
+        if ids.shape[1] > 1:
+            seen.append(ids.numel())
+    return seen, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_a_second_turn_prefills_only_its_new_tokens_and_decodes_the_same(policy):
+    """Turn two = turn one's prompt, its output and new text: with a store, each row prefills
+    its last output token and the new text only (one row a group: no padding), and every
+    row's tokens equal ``generate`` on the whole turn-two prompt alone."""
+    tok = policy.tokenizer
+    first = token_ids(policy, [INSTRUCTIONS + q for q in QUESTIONS])
+    store = PrefixStore()
+    out = decode(policy.model, first, max_new_tokens=6, pad_id=tok.pad_token_id,
+                 eos_ids={tok.eos_token_id}, ignore_eos=True, store=store)
+    extra = token_ids(policy, [" The documents say so.", " No.", " Try again with the river.",
+                               " Hint: answer now."])
+    second = [p + o + e for p, o, e in zip(first, out, extra, strict=True)]
+    seen, handle = count_prefill_tokens(policy.model)
+    try:
+        reused = decode(policy.model, second, max_new_tokens=8, pad_id=tok.pad_token_id,
+                        eos_ids={tok.eos_token_id}, prefill_tokens=1, store=store)
+    finally:
+        handle.remove()
+    assert sum(seen) == sum(1 + len(e) for e in extra)
+    assert reused == [reference_greedy(policy, p, 8) for p in second]
+
+
+def test_rows_with_and_without_a_stored_start_decode_together(policy):
+    """A batch mixing rows that continue stored sequences, rows that share only the
+    instructions and a row with nothing known: all equal ``generate`` alone."""
+    tok = policy.tokenizer
+    first = token_ids(policy, [INSTRUCTIONS + q for q in QUESTIONS[:2]])
+    store = PrefixStore()
+    out = decode(policy.model, first, max_new_tokens=5, pad_id=tok.pad_token_id,
+                 eos_ids={tok.eos_token_id}, ignore_eos=True, store=store)
+    mixed = [first[0] + out[0] + token_ids(policy, [" Next."])[0],
+             first[1] + out[1][:2],
+             *token_ids(policy, [INSTRUCTIONS + q for q in QUESTIONS[2:]]),
+             token_ids(policy, ["Unrelated text"])[0]]
+    got = decode(policy.model, mixed, max_new_tokens=7, pad_id=tok.pad_token_id,
+                 eos_ids={tok.eos_token_id}, store=store)
+    assert got == [reference_greedy(policy, p, 7) for p in mixed]
+
+
+def test_generator_reuses_turns_and_forgets_them_when_weights_change(policy):
+    """A two-turn exchange gives the same text with and without the store; after an in-place
+    weight change the store is emptied (the output is a fresh generator's)."""
+    prompts = [INSTRUCTIONS + q for q in QUESTIONS]
+    with_store = HFGenerator(policy.model, policy.tokenizer, batch_size=3)
+    without = HFGenerator(policy.model, policy.tokenizer, batch_size=3, prefix_store_bytes=0)
+    assert without.prefix_store is None
+    turn1 = with_store.generate(prompts, max_new_tokens=8)
+    assert turn1 == without.generate(prompts, max_new_tokens=8)
+    assert with_store.prefix_store.nbytes > 0
+    turn2 = [p + t + " Then what?" for p, t in zip(prompts, turn1, strict=True)]
+    assert with_store.generate(turn2, max_new_tokens=8) == without.generate(turn2,
+                                                                             max_new_tokens=8)
+    model = policy.model
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.05)
+        changed = with_store.generate(turn2, max_new_tokens=8)
+        assert changed == HFGenerator(model, policy.tokenizer, batch_size=3,
+                                      prefix_store_bytes=0).generate(turn2, max_new_tokens=8)
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved[n])

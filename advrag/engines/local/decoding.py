@@ -16,7 +16,10 @@ on SmolLM2: 24 new tokens a row on average, 80 at most). Here:
   it (``_BufferedLayer``), instead of copying the whole cache every step;
 - after each step, rows that produced an end-of-sequence token, met their stop
   condition or reached their length leave the batch with their cached keys and values,
-  so the next step computes only the rows still running.
+  so the next step computes only the rows still running;
+- with a ``PrefixStore``, a row that leaves keeps its keys and values there, and a later
+  prompt that starts with its tokens (an agent's next turn: its last prompt, its output,
+  then new text) prefills only what follows them.
 
 Tokens are chosen as ``generate`` chooses them: the argmax at temperature 0; else the
 logits divided by the temperature, cut to the smallest set of tokens whose probability
@@ -27,7 +30,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache, DynamicLayer
@@ -37,6 +42,12 @@ MIN_SHARED_PREFIX = 16
 
 PREFILL_TOKENS = 4096
 """Padded tokens per prefill group (rows of similar length; see ``length_groups``)."""
+
+PREFIX_STORE_BYTES = 2 << 30
+"""Default size of a ``PrefixStore`` (SmolLM2-135M in fp32 caches 46 KB a token: 46k tokens)."""
+
+Layers = list[tuple[Tensor, Tensor]]
+"""Each layer's cached ``(keys, values)``, ``(rows, kv heads, tokens, head size)``."""
 
 
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
@@ -48,6 +59,78 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     while length < shortest - 1 and all(p[length] == first[length] for p in prompts):
         length += 1
     return length
+
+
+@dataclass
+class _Head:
+    """The first ``length`` tokens of a prompt whose keys and values are known (one row)."""
+
+    length: int
+    layers: Layers | None
+
+
+def _common_length(a: np.ndarray, b: np.ndarray) -> int:
+    """How many tokens ``a`` and ``b`` share from the start."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+class PrefixStore:
+    """Keys and values of sequences decoded earlier, one row each, for prompts that start
+    with them.
+
+    An agent's next turn is its last prompt, its output and new text (documents, a hint):
+    with the finished row's keys and values at hand, only the new text needs a prefill.
+    ``take`` hands each prompt the longest stored start of it (a token prefix: text that
+    re-tokenises differently at the join simply matches less) and drops the entries it
+    used, since the rows' new sequences, stored when they end, extend them. Entries are
+    kept oldest first within ``budget_bytes``. Keys and values are only valid for the
+    weights that computed them: the owner clears the store when they change.
+    """
+
+    def __init__(self, budget_bytes: int = PREFIX_STORE_BYTES):
+        self.budget_bytes = budget_bytes
+        self._entries: list[tuple[np.ndarray, Layers, int]] = []
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of keys and values held."""
+        return sum(size for _, _, size in self._entries)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries = []
+
+    def add(self, tokens: Sequence[int], layers: Layers) -> None:
+        """Keep ``layers`` (one row) as the keys and values of ``tokens``, dropping the oldest
+        entries beyond the budget."""
+        size = sum(k.nbytes + v.nbytes for k, v in layers)
+        if size > self.budget_bytes:
+            return
+        self._entries.append((np.asarray(tokens), layers, size))
+        while self.nbytes > self.budget_bytes:
+            self._entries.pop(0)
+
+    def take(self, prompts: Sequence[Sequence[int]]) -> list[_Head]:
+        """Per prompt, its longest stored start (leaving it one token of its own), or an empty
+        head where that is shorter than ``MIN_SHARED_PREFIX``; the entries used are dropped."""
+        heads, used = [], set()
+        for prompt in prompts:
+            ids = np.asarray(prompt[:-1])
+            best, chosen = 0, None
+            for index, (tokens, _, _) in enumerate(self._entries):
+                length = _common_length(tokens, ids)
+                if length > best:
+                    best, chosen = length, index
+            if chosen is None or best < MIN_SHARED_PREFIX:
+                heads.append(_Head(0, None))
+                continue
+            used.add(chosen)
+            layers = self._entries[chosen][1]
+            heads.append(_Head(best, [(k[:, :, :best], v[:, :, :best]) for k, v in layers]))
+        self._entries = [e for index, e in enumerate(self._entries) if index not in used]
+        return heads
 
 
 def choose_tokens(logits: Tensor, temperature: float, top_p: float) -> Tensor:
@@ -114,14 +197,21 @@ class _BufferedLayer(DynamicLayer):
         self._expose(length)
 
 
-def _cache_of(layers: Sequence[tuple[Tensor, Tensor]], reserve: int) -> Cache:
+def _cache_of(layers: Layers, reserve: int) -> Cache:
     """A cache holding each layer's ``(keys, values)``, with room for ``reserve`` more tokens."""
     return Cache(layers=[_BufferedLayer(keys, values, reserve) for keys, values in layers])
 
 
-def _layers_of(cache: Cache) -> list[tuple[Tensor, Tensor]]:
+def _layers_of(cache: Cache) -> Layers:
     """Each layer's cached ``(keys, values)``."""
     return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _row_of(cache: Cache, mask: Tensor, index: int) -> Layers:
+    """Batch row ``index``'s cached keys and values without its padding (one row, a copy)."""
+    real = mask[index].bool()
+    return [(keys[index:index + 1, :, real], values[index:index + 1, :, real])
+            for keys, values in _layers_of(cache)]
 
 
 class _Forward:
@@ -157,72 +247,99 @@ def length_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 
 class _Prefill:
-    """The prompts' prefill: the shared prefix once, then each group of rows of similar length
-    on its own (padded only to its own longest row), merged into one batch.
+    """The prompts' prefill: each row's known head (a ``PrefixStore`` entry, else the prefix
+    its prompt shares with the others, prefilled once), then each group of rows of similar
+    length on its own (padded only to its own longest row), merged into one batch.
 
-    In the batch, row ``r``'s columns are ``[shared prefix | padding | its own tokens]``;
+    In the batch, row ``r``'s columns are ``[padding | its head | padding | its own tokens]``;
     the padding is masked, and positions count only real tokens.
     """
 
     def __init__(self, forward: _Forward, prompts: Sequence[Sequence[int]], pad_id: int,
-                 budget: int, device: torch.device):
+                 budget: int, device: torch.device, store: PrefixStore | None = None):
         self.forward, self.pad_id, self.budget, self.device = forward, pad_id, budget, device
-        shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
-        self.shared = shared if shared >= MIN_SHARED_PREFIX else 0
-        self.prefix = list(prompts[0][:self.shared])
-        self.own = [list(p[self.shared:]) for p in prompts]
+        self.heads = store.take(prompts) if store is not None else [_Head(0, None)] * len(prompts)
+        self._share_prefix(prompts)
+        self.own = [list(p[head.length:]) for p, head in zip(prompts, self.heads, strict=True)]
+
+    def _share_prefix(self, prompts: Sequence[Sequence[int]]) -> None:
+        """Give the rows without a stored head the prefix they share, prefilled once for one row
+        (when at least two of them share ``MIN_SHARED_PREFIX`` tokens)."""
+        rows = [row for row, head in enumerate(self.heads) if head.layers is None]
+        if len(rows) < 2:
+            return
+        shared = shared_prefix_length([prompts[row] for row in rows])
+        if shared < MIN_SHARED_PREFIX:
+            return
+        ids = torch.tensor([list(prompts[rows[0]][:shared])], device=self.device)
+        cache = Cache(layer_class_to_replicate=DynamicLayer)
+        self.forward(ids, torch.ones_like(ids), torch.arange(shared, device=self.device)[None],
+                     cache)
+        head = _Head(shared, _layers_of(cache))
+        for row in rows:
+            self.heads[row] = head
 
     def run(self, reserve: int) -> tuple[Tensor, Cache, Tensor, Tensor]:
         """``(logits, cache, mask, positions)``: the next token's logits per row, the cache
         with room for ``reserve`` tokens, the mask over its columns, the next positions."""
-        prefix = self._prefix()
-        rows, width = len(self.own), self.shared + max(len(p) for p in self.own)
+        rows = len(self.own)
+        heads_end = max(head.length for head in self.heads)
+        width = heads_end + max(len(p) for p in self.own)
         mask = torch.zeros(rows, width, dtype=torch.long, device=self.device)
-        mask[:, :self.shared] = 1
         logits, layers = None, []
         for group in length_groups([len(p) for p in self.own], self.budget):
-            part_logits, part_layers, part_mask = self._group(group, prefix)
+            part_logits, part_layers, part_mask, head_width = self._group(group)
             if logits is None:
                 logits = part_logits.new_empty(rows, part_logits.shape[-1])
                 layers = [tuple(t.new_zeros(rows, t.shape[1], width, t.shape[-1]) for t in kv)
                           for kv in part_layers]
-            index, own = torch.tensor(group, device=self.device), part_mask.shape[1]
+            index, own = torch.tensor(group, device=self.device), part_mask.shape[1] - head_width
             logits[index] = part_logits
-            mask[index, width - own:] = part_mask
+            mask[index, heads_end - head_width:heads_end] = part_mask[:, :head_width]
+            mask[index, width - own:] = part_mask[:, head_width:]
             for batch_kv, part_kv in zip(layers, part_layers, strict=True):
                 for whole, part in zip(batch_kv, part_kv, strict=True):
-                    whole[index, :, :self.shared] = part[:, :, :self.shared]
-                    whole[index, :, width - own:] = part[:, :, self.shared:]
+                    whole[index, :, heads_end - head_width:heads_end] = part[:, :, :head_width]
+                    whole[index, :, width - own:] = part[:, :, head_width:]
         return logits, _cache_of(layers, reserve), mask, mask.sum(dim=1)
 
-    def _prefix(self) -> list[tuple[Tensor, Tensor]] | None:
-        """Each layer's keys and values of the shared prefix (one row), or None."""
-        if not self.shared:
-            return None
-        ids = torch.tensor([self.prefix], device=self.device)
-        cache = Cache(layer_class_to_replicate=DynamicLayer)
-        self.forward(ids, torch.ones_like(ids), torch.arange(self.shared, device=self.device)[None],
-                     cache)
-        return _layers_of(cache)
-
-    def _group(self, group: list[int], prefix) -> tuple[Tensor, list[tuple[Tensor, Tensor]], Tensor]:
-        """One group's own tokens, left-padded to its longest, behind the prefix's keys and
-        values: its logits, each layer's keys and values, and its own tokens' mask."""
+    def _group(self, group: list[int]) -> tuple[Tensor, Layers, Tensor, int]:
+        """One group's own tokens, left-padded to its longest, behind its rows' heads (each
+        left-padded to the longest): its logits, each layer's keys and values, the mask over
+        its columns and the width of its heads' part."""
         own = [self.own[row] for row in group]
+        heads = [self.heads[row] for row in group]
         width = max(len(p) for p in own)
+        head_width = max(head.length for head in heads)
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in own], device=self.device)
-        own_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in own],
-                                device=self.device)
-        rows = len(group)
-        if prefix is None:
-            cache = Cache(layer_class_to_replicate=DynamicLayer)
+        mask = torch.tensor([[0] * (head_width - head.length) + [1] * head.length
+                             + [0] * (width - len(p)) + [1] * len(p)
+                             for head, p in zip(heads, own, strict=True)], device=self.device)
+        lengths = torch.tensor([head.length for head in heads], device=self.device)
+        positions = (lengths[:, None] + mask[:, head_width:].cumsum(dim=1) - 1).clamp(min=0)
+        if head_width:
+            cache = _cache_of(_stacked_heads(heads, head_width), reserve=0)
         else:
-            cache = _cache_of([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
-                               for k, v in prefix], reserve=0)
-        mask = torch.cat([own_mask.new_ones(rows, self.shared), own_mask], dim=1)
-        positions = (self.shared + own_mask.cumsum(dim=1) - 1).clamp(min=0)
+            cache = Cache(layer_class_to_replicate=DynamicLayer)
         logits = self.forward(ids, mask, positions, cache)
-        return logits, _layers_of(cache), own_mask
+        return logits, _layers_of(cache), mask, head_width
+
+
+def _stacked_heads(heads: Sequence[_Head], width: int) -> Layers:
+    """The heads' keys and values as one batch, each row left-padded with zeros to ``width``."""
+    template = next(head.layers for head in heads if head.layers is not None)
+    stacked = []
+    for layer, (keys, values) in enumerate(template):
+        batch = []
+        for like in (keys, values):
+            rows = like.new_zeros(len(heads), like.shape[1], width, like.shape[-1])
+            batch.append(rows)
+        for row, head in enumerate(heads):
+            if head.layers is not None:
+                for whole, part in zip(batch, head.layers[layer], strict=True):
+                    whole[row, :, width - head.length:] = part[0]
+        stacked.append((batch[0], batch[1]))
+    return stacked
 
 
 @torch.no_grad()
@@ -238,13 +355,16 @@ def decode(
     stopped: Callable[[list[int]], bool] | None = None,
     ignore_eos: bool = False,
     prefill_tokens: int = PREFILL_TOKENS,
+    store: PrefixStore | None = None,
 ) -> list[list[int]]:
     """New token ids for every prompt (token ids), aligned with ``prompts``.
 
     A row ends after an ``eos_ids`` token (kept; with ``ignore_eos`` the end of sequence is
     never chosen), when ``stopped(its new ids)`` is true, or at its ``max_new_tokens`` (one
     number for all rows, or one per row). ``prefill_tokens``: the padded size of a prefill
-    group (``length_groups``).
+    group (``length_groups``). ``store``: where prompts find known heads and finished rows
+    leave their keys and values (``PrefixStore``; its keys and values must come from
+    ``model``'s current weights).
     """
     if not prompts:
         return []
@@ -259,7 +379,7 @@ def decode(
     device = next(model.parameters()).device
     banned = torch.tensor(sorted(eos_ids), device=device) if ignore_eos else None
     forward = _Forward(model)
-    prefill = _Prefill(forward, [prompts[r] for r in live], pad_id, prefill_tokens, device)
+    prefill = _Prefill(forward, [prompts[r] for r in live], pad_id, prefill_tokens, device, store)
     logits, cache, mask, positions = prefill.run(reserve=max(limits[r] for r in live))
     while True:
         if banned is not None:
@@ -272,6 +392,8 @@ def decode(
                 or (stopped is not None and stopped(outputs[row]))
             if not done:
                 keep.append(index)
+            elif store is not None:
+                store.add(list(prompts[row]) + outputs[row][:-1], _row_of(cache, mask, index))
         if not keep:
             return outputs
         if len(keep) < len(live):

@@ -2,7 +2,8 @@
 
 Implements ``advrag.agents.types.TextGenerator``: prompts are generated together
 in micro-batches by ``decoding.decode`` (their shared prefix prefilled once,
-each row leaving the batch when it stops); each continuation is cut right after
+each row leaving the batch when it stops, a prompt that continues an earlier
+call's sequence prefilled only past it); each continuation is cut right after
 the first stop string it contains (the stop string is kept), which is what the
 agents' tag protocol expects.
 """
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from advrag.common.device import pick_device
-from advrag.engines.local.decoding import decode
+from advrag.engines.local.decoding import PREFIX_STORE_BYTES, PrefixStore, decode
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -47,11 +48,17 @@ class HFGenerator(ChatPrompting):
     call with more prompts runs in consecutive micro-batches. ``autocast``
     (e.g. ``TrainablePolicy.autocast``) wraps every ``generate`` call, so
     rollouts of an fp32 training model can sample in bf16.
+
+    Each finished row's keys and values stay in a ``PrefixStore`` of ``prefix_store_bytes``
+    (0: none), so an agent's next turn, which repeats its last prompt and output, prefills
+    only its new text. The store is emptied whenever the model's weights have changed
+    since it was filled (an update, a weight push, another active adapter).
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 0.0, top_p: float = 1.0,
                  batch_size: int = 16, max_prompt_tokens: int = 2048,
-                 autocast: Callable[[], AbstractContextManager] = nullcontext):
+                 autocast: Callable[[], AbstractContextManager] = nullcontext,
+                 prefix_store_bytes: int = PREFIX_STORE_BYTES):
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
@@ -63,12 +70,15 @@ class HFGenerator(ChatPrompting):
         self.last_completion_tokens: list[int] = []
         """Tokens each completion of the last ``generate`` call got (stop string or EOS
         included, padding not)."""
+        self.prefix_store = PrefixStore(prefix_store_bytes) if prefix_store_bytes else None
+        self._store_weights: tuple | None = None
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:
         """Continue every prompt; outputs are aligned with ``prompts``."""
         outputs: list[str] = []
         self.last_completion_tokens = []
+        self._check_store()
         for start in range(0, len(prompts), self.batch_size):
             batch = list(prompts[start:start + self.batch_size])
             outputs.extend(self._generate_batch(batch, max_new_tokens, stop))
@@ -85,12 +95,27 @@ class HFGenerator(ChatPrompting):
         with self.autocast():
             new_tokens = decode(self.model, ids, max_new_tokens=max_new_tokens, pad_id=pad,
                                 eos_ids={tok.eos_token_id}, temperature=self.temperature,
-                                top_p=self.top_p, stopped=stop_condition(tok, stop))
+                                top_p=self.top_p, stopped=stop_condition(tok, stop),
+                                store=self.prefix_store)
         lengths = [sum(t != pad for t in row) for row in new_tokens]
         self.last_completion_tokens.extend(lengths)
         self.generated_tokens += sum(lengths)
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
+
+    def _check_store(self) -> None:
+        """Empty the prefix store if the weights changed since it was filled."""
+        weights = weights_state(self.model)
+        if self.prefix_store is not None and weights != self._store_weights:
+            self.prefix_store.clear()
+        self._store_weights = weights
+
+
+def weights_state(model: nn.Module) -> tuple:
+    """What identifies ``model``'s current weights: each parameter's storage and in-place
+    version (an optimiser step or ``copy_`` bumps it) and the active adapter."""
+    adapter = model.active_adapter if hasattr(model, "get_base_model") else None
+    return (adapter, tuple((p.data_ptr(), p._version) for p in model.parameters()))
 
 
 def padding_id(tokenizer) -> int:
