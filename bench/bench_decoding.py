@@ -5,21 +5,24 @@
 
 The same questions of the offline world's test split run as `make demo`'s benchmark runs
 them (Search-R1, 2 turns and the forced answer, 80 new tokens a call, one batch of 32,
-fp32 unless the CPU runs bf16 natively) through two generators on the same model: ours
+fp32 unless the CPU runs bf16 natively) through three generators on the same model: ours
 (``HFGenerator`` on ``advrag.engines.local.decoding``: the shared prompt prefix
 prefilled once, rows prefilled in groups of similar length, the KV cache written in
-place, finished rows leaving the batch) and the same generator calling
-``model.generate`` as it did before (every prompt prefilled whole and padded to the
-longest, every row decoded until the batch's last one stops). Greedy first —
-where both must write the same trajectories, and the file says how many do — then
-sampled at temperature 1 as rollouts are (``--temperatures``). The two alternate in each repeat; the report
-gives the median seconds per episode batch, the completion tokens and their ratio.
+place, finished rows leaving the batch, and a turn that continues an earlier one
+prefilled only past it, from the ``PrefixStore``), ours without the store
+(``ours-no-store``: every turn prefills its whole conversation) and the same generator
+calling ``model.generate`` as it did before (every prompt prefilled whole and padded to
+the longest, every row decoded until the batch's last one stops). Greedy first — where
+all must write the same trajectories, and the file says how many do — then sampled at
+temperature 1 as rollouts are (``--temperatures``). They alternate in each repeat; the
+report gives the median seconds per episode batch, the completion tokens and the ratios.
 Needs `dvc repro` to have built the index.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -69,8 +72,10 @@ def episodes(generator: HFGenerator, questions, retriever, args) -> tuple[float,
 
 
 def compare(policy, questions, retriever, temperature: float, args) -> dict:
-    """Both generators at ``temperature``, alternating, ``args.repeats`` times each."""
-    make = {"ours": HFGenerator, "generate": GenerateBaseline}
+    """The generators at ``temperature``, alternating, ``args.repeats`` times each."""
+    make = {"ours": HFGenerator,
+            "ours-no-store": functools.partial(HFGenerator, prefix_store_bytes=0),
+            "generate": GenerateBaseline}
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in make}
     texts: dict[str, list[str]] = {}
     for repeat in range(args.repeats):
@@ -87,10 +92,12 @@ def compare(policy, questions, retriever, temperature: float, args) -> dict:
                        for name, r in runs.items()},
               "median_seconds": seconds, "median_tokens_per_s": rates,
               "seconds_generate_over_ours": seconds["generate"] / seconds["ours"],
+              "seconds_no_store_over_ours": seconds["ours-no-store"] / seconds["ours"],
               "tokens_per_s_ours_over_generate": rates["ours"] / rates["generate"]}
     if temperature == 0:
-        result["identical_greedy_trajectories"] = sum(
-            a == b for a, b in zip(texts["ours"], texts["generate"], strict=True))
+        result["identical_greedy_trajectories"] = {
+            other: sum(a == b for a, b in zip(texts["ours"], texts[other], strict=True))
+            for other in ("ours-no-store", "generate")}
     return result
 
 
