@@ -328,17 +328,14 @@ class _Prefill:
 def _stacked_heads(heads: Sequence[_Head], width: int) -> Layers:
     """The heads' keys and values as one batch, each row left-padded with zeros to ``width``."""
     template = next(head.layers for head in heads if head.layers is not None)
-    stacked = []
-    for layer, (keys, values) in enumerate(template):
-        batch = []
-        for like in (keys, values):
-            rows = like.new_zeros(len(heads), like.shape[1], width, like.shape[-1])
-            batch.append(rows)
-        for row, head in enumerate(heads):
-            if head.layers is not None:
-                for whole, part in zip(batch, head.layers[layer], strict=True):
-                    whole[row, :, width - head.length:] = part[0]
-        stacked.append((batch[0], batch[1]))
+    stacked = [tuple(t.new_zeros(len(heads), t.shape[1], width, t.shape[-1]) for t in kv)
+               for kv in template]
+    for row, head in enumerate(heads):
+        if head.layers is None:
+            continue
+        for batch_kv, head_kv in zip(stacked, head.layers, strict=True):
+            for whole, part in zip(batch_kv, head_kv, strict=True):
+                whole[row, :, width - head.length:] = part[0]
     return stacked
 
 
