@@ -68,7 +68,7 @@ from advrag.agents.prompts import (
     format_docs,
 )
 from advrag.agents.protocol import extract_tags, last_content, parse_step
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import TextGenerator, Trajectory, one_episode
 from advrag.retrieval.base import Passage, Retriever, search_by_item
 
 REASONER_STOP = ("</search>", "</answer>")
@@ -333,21 +333,15 @@ def run_arr_dialogue(
     for d in dialogues:
         d.reasoner.add(reasoner.chat_prompt(arr_reasoner_prompt(d.question)), "prompt")
         d.verifier.add(verifier.chat_prompt(arr_verifier_prompt(d.question)), "prompt")
-    for turn in range(max_turns - 1):  # free turns; the T-th is the forced answer
-        active = [i for i, d in enumerate(dialogues) if d.reasoner.answer is None]
-        if not active:
-            break
-        queries = _reasoner_turn(dialogues, active, reasoner, max_new_tokens)
-        _verify_searches(
-            dialogues,
-            queries,
-            retriever,
-            verifier,
-            turn=turn,
-            topk=topk,
-            max_new_tokens=max_new_tokens,
-        )
-    _force_answers(dialogues, reasoner, max_new_tokens)
-    _verify_answers(dialogues, verifier, max_new_tokens)
-    _final_predictions(dialogues, reasoner, max_new_tokens)
+    with one_episode(reasoner, verifier):
+        for turn in range(max_turns - 1):  # free turns; the T-th is the forced answer
+            active = [i for i, d in enumerate(dialogues) if d.reasoner.answer is None]
+            if not active:
+                break
+            queries = _reasoner_turn(dialogues, active, reasoner, max_new_tokens)
+            _verify_searches(dialogues, queries, retriever, verifier, turn=turn, topk=topk,
+                             max_new_tokens=max_new_tokens)
+        _force_answers(dialogues, reasoner, max_new_tokens)
+        _verify_answers(dialogues, verifier, max_new_tokens)
+        _final_predictions(dialogues, reasoner, max_new_tokens)
     return dialogues

@@ -40,7 +40,7 @@ from advrag.agents.prompts import (
     search_r1_prompt,
 )
 from advrag.agents.protocol import parse_step
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import TextGenerator, Trajectory, one_episode
 from advrag.retrieval.base import Passage, Retriever, search_by_item
 
 if TYPE_CHECKING:
@@ -138,13 +138,14 @@ def run_search_agent(
     trajs = [Trajectory() for _ in questions]
     for traj, question in zip(trajs, questions):
         traj.add(generator.chat_prompt(search_r1_prompt(question)), "prompt")
-    for _ in range(max_turns):
-        active = [i for i, t in enumerate(trajs) if t.answer is None]
-        if not active:
-            break
-        queries = _agent_turn(trajs, active, generator, max_new_tokens)
-        _retrieve_into(trajs, queries, retriever, topk, summariser, fallback_hint)
-    _force_answers(
-        trajs, [i for i, t in enumerate(trajs) if t.answer is None], generator, max_new_tokens
-    )
+    with one_episode(generator):
+        for _ in range(max_turns):
+            active = [i for i, t in enumerate(trajs) if t.answer is None]
+            if not active:
+                break
+            queries = _agent_turn(trajs, active, generator, max_new_tokens)
+            _retrieve_into(trajs, queries, retriever, topk, summariser, fallback_hint)
+        _force_answers(
+            trajs, [i for i, t in enumerate(trajs) if t.answer is None], generator, max_new_tokens
+        )
     return trajs

@@ -9,7 +9,8 @@ loss-mask 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -66,3 +67,16 @@ class TextGenerator(Protocol):
     def generate(
         self, prompts: Sequence[str], *, max_new_tokens: int, stop: Sequence[str] = ()
     ) -> list[str]: ...
+
+
+@contextmanager
+def one_episode(*generators: TextGenerator) -> Iterator[None]:
+    """The turns of one batch of episodes: generators that offer ``episode()`` (the
+    transformers back-end's prefix store) may reuse what earlier turns computed inside it,
+    and forget it after, so no episode depends on the ones before it."""
+    with ExitStack() as stack:
+        for generator in generators:
+            episode = getattr(generator, "episode", None)
+            if episode is not None:
+                stack.enter_context(episode())
+        yield

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from advrag.agents.types import TextGenerator
+from advrag.agents.types import TextGenerator, one_episode
 from advrag.engines.local.decoding import decode
 from advrag.engines.local.generation import HFGenerator, padding_id
 
@@ -55,6 +56,10 @@ class RecordingGenerator:
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return self.inner.chat_prompt(user, system)
+
+    def episode(self) -> AbstractContextManager:
+        """The wrapped generator's episode scope (``one_episode``)."""
+        return one_episode(self.inner)
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:

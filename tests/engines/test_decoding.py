@@ -10,8 +10,10 @@ import pytest
 import torch
 from tiny_weights import redraw_matrices
 
+from advrag.agents.search_loop import run_search_agent
 from advrag.engines.local.decoding import (
     MIN_SHARED_PREFIX,
+    PREFIX_STORE_BYTES,
     PrefixStore,
     choose_tokens,
     decode,
@@ -171,13 +173,14 @@ def test_prefix_store_hands_out_longest_starts_and_drops_them():
 
 
 def count_prefill_tokens(model):
-    """A list that collects the input tokens of every forward over more than one position."""
+    """A list that collects the real (unpadded) input tokens of every forward over more than
+    one position."""
     seen: list[int] = []
 
     def hook(module, args, kwargs):
-        ids = kwargs["input_ids"]
-        if ids.shape[1] > 1:
-            seen.append(ids.numel())
+        width = kwargs["input_ids"].shape[1]
+        if width > 1:
+            seen.append(int(kwargs["attention_mask"][:, -width:].sum()))
     return seen, model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
@@ -220,29 +223,73 @@ def test_rows_with_and_without_a_stored_start_decode_together(policy):
     assert got == [reference_greedy(policy, p, 7) for p in mixed]
 
 
-def test_generator_reuses_turns_and_forgets_them_when_weights_change(policy):
-    """A two-turn exchange gives the same text with and without the store; after an in-place
-    weight change the store is emptied (the output is a fresh generator's)."""
+def test_generator_keeps_turns_within_an_episode_only(policy):
+    """Inside ``episode()`` a two-turn exchange gives the same text as without a store, and an
+    in-place weight change empties the store; outside it nothing is kept, so a call never
+    depends on the calls before it."""
     prompts = [INSTRUCTIONS + q for q in QUESTIONS]
     with_store = HFGenerator(policy.model, policy.tokenizer, batch_size=3)
     without = HFGenerator(policy.model, policy.tokenizer, batch_size=3, prefix_store_bytes=0)
-    assert without.prefix_store is None
     turn1 = with_store.generate(prompts, max_new_tokens=8)
-    assert turn1 == without.generate(prompts, max_new_tokens=8)
-    assert with_store.prefix_store.nbytes > 0
+    assert with_store.prefix_store is None  # outside an episode
     turn2 = [p + t + " Then what?" for p, t in zip(prompts, turn1, strict=True)]
-    assert with_store.generate(turn2, max_new_tokens=8) == without.generate(turn2,
-                                                                             max_new_tokens=8)
     model = policy.model
     saved = {n: p.detach().clone() for n, p in model.named_parameters()}
     try:
-        with torch.no_grad():
-            for p in model.parameters():
-                p.mul_(1.05)
-        changed = with_store.generate(turn2, max_new_tokens=8)
-        assert changed == HFGenerator(model, policy.tokenizer, batch_size=3,
-                                      prefix_store_bytes=0).generate(turn2, max_new_tokens=8)
+        with with_store.episode():
+            assert with_store.generate(prompts, max_new_tokens=8) == turn1
+            assert with_store.prefix_store.nbytes > 0
+            with with_store.episode():  # nested: the same store
+                assert with_store.generate(turn2, max_new_tokens=8) == without.generate(
+                    turn2, max_new_tokens=8)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(1.05)
+            changed = with_store.generate(turn2, max_new_tokens=8)
+            assert changed == without.generate(turn2, max_new_tokens=8)
+        assert with_store.prefix_store is None
     finally:
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(saved[n])
+
+
+class NoDocuments:
+    """A retriever with nothing to return (the tiny model never writes a valid search)."""
+
+    def search(self, queries, k):
+        return [[] for _ in queries]
+
+
+def test_search_agent_reuses_its_turns_and_writes_the_same_episodes(policy):
+    """``run_search_agent`` runs its turns in one episode: with the store, calls two and three
+    (the tiny model never writes an action, so every row takes both) prefill at most what
+    each row's prompt grew by since call one, plus a few tokens a call where text
+    re-tokenises at a join; without it they prefill whole prompts. Same trajectories."""
+    questions = [q * 3 for q in QUESTIONS]
+    tok = policy.tokenizer
+
+    def length(text):
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    def episodes(store_bytes):
+        generator = HFGenerator(policy.model, tok, prefix_store_bytes=store_bytes)
+        calls, generate = [], generator.generate
+        seen, handle = count_prefill_tokens(policy.model)
+        generator.generate = lambda *a, **k: calls.append(len(seen)) or generate(*a, **k)
+        try:
+            trajectories = run_search_agent(questions, generator, NoDocuments(), max_turns=2,
+                                            max_new_tokens=10)
+        finally:
+            handle.remove()
+        assert generator.prefix_store is None and len(calls) == 3
+        assert all(t.n_turns == 3 and t.n_searches == 0 for t in trajectories)
+        return trajectories, sum(seen[calls[1]:])
+
+    reused, later_reused = episodes(PREFIX_STORE_BYTES)
+    fresh, later_fresh = episodes(0)
+    assert [t.text for t in reused] == [t.text for t in fresh]
+    join_slack = 3
+    grown = sum(length("".join(s.text for s in t.segments[:-1])) - length(t.segments[0].text)
+                + 2 * join_slack for t in reused)
+    assert later_reused <= grown < later_fresh

@@ -48,6 +48,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ from advrag.agents.arr_scoring import (
     split_actions,
     verifier_turn_docs,
 )
-from advrag.agents.types import TextGenerator
+from advrag.agents.types import TextGenerator, one_episode
 from advrag.config import AdversarialRLConfig
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
@@ -108,6 +109,10 @@ class _TimedGenerator:
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return self.inner.chat_prompt(user, system)
+
+    def episode(self) -> AbstractContextManager:
+        """The wrapped generator's episode scope (``one_episode``)."""
+        return one_episode(self.inner)
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -49,10 +49,12 @@ class HFGenerator(ChatPrompting):
     (e.g. ``TrainablePolicy.autocast``) wraps every ``generate`` call, so
     rollouts of an fp32 training model can sample in bf16.
 
-    Each finished row's keys and values stay in a ``PrefixStore`` of ``prefix_store_bytes``
-    (0: none), so an agent's next turn, which repeats its last prompt and output, prefills
-    only its new text. The store is emptied whenever the model's weights have changed
-    since it was filled (an update, a weight push, another active adapter).
+    Inside ``episode()`` (an agent loop's turns), each finished row's keys and values stay
+    in a ``PrefixStore`` of ``prefix_store_bytes`` (0: none), so an agent's next turn,
+    which repeats its last prompt and output, prefills only its new text. The store lives
+    for the episode only, so no call's output depends on calls made before it (a resumed
+    run repeats the uninterrupted one), and it is emptied if the model's weights change
+    within the episode (an update, a weight push, another active adapter).
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 0.0, top_p: float = 1.0,
@@ -70,8 +72,22 @@ class HFGenerator(ChatPrompting):
         self.last_completion_tokens: list[int] = []
         """Tokens each completion of the last ``generate`` call got (stop string or EOS
         included, padding not)."""
-        self.prefix_store = PrefixStore(prefix_store_bytes) if prefix_store_bytes else None
+        self.prefix_store_bytes = prefix_store_bytes
+        self.prefix_store: PrefixStore | None = None
         self._store_weights: tuple | None = None
+
+    @contextmanager
+    def episode(self) -> Iterator[None]:
+        """Keep finished rows' keys and values for the calls inside (an episode's turns);
+        forget them on leaving. Nested episodes share the outer one's store."""
+        if self.prefix_store is not None or not self.prefix_store_bytes:
+            yield
+            return
+        self.prefix_store = PrefixStore(self.prefix_store_bytes)
+        try:
+            yield
+        finally:
+            self.prefix_store = None
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:
