@@ -50,15 +50,18 @@ Layers = list[tuple[Tensor, Tensor]]
 """Each layer's cached ``(keys, values)``, ``(rows, kv heads, tokens, head size)``."""
 
 
+def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` share from the start."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if differ.size else n
+
+
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """Tokens at the start of every prompt, leaving every prompt at least one token of its own
     (the last prompt token's logits choose the first new token)."""
     shortest = min(len(p) for p in prompts)
-    first = prompts[0]
-    length = 0
-    while length < shortest - 1 and all(p[length] == first[length] for p in prompts):
-        length += 1
-    return length
+    return min([shortest - 1, *(_common_length(prompts[0], p) for p in prompts[1:])])
 
 
 @dataclass
@@ -67,13 +70,6 @@ class _Head:
 
     length: int
     layers: Layers | None
-
-
-def _common_length(a: np.ndarray, b: np.ndarray) -> int:
-    """How many tokens ``a`` and ``b`` share from the start."""
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if differ.size else n
 
 
 class PrefixStore:

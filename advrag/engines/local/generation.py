@@ -84,6 +84,7 @@ class HFGenerator(ChatPrompting):
             yield
             return
         self.prefix_store = PrefixStore(self.prefix_store_bytes)
+        self._store_weights = weights_state(self.model)
         try:
             yield
         finally:
@@ -120,11 +121,13 @@ class HFGenerator(ChatPrompting):
         return [cut_at_stop(t, stop) for t in texts]
 
     def _check_store(self) -> None:
-        """Empty the prefix store if the weights changed since it was filled."""
+        """Inside an episode, empty the prefix store if the weights changed since it was filled."""
+        if self.prefix_store is None:
+            return
         weights = weights_state(self.model)
-        if self.prefix_store is not None and weights != self._store_weights:
+        if weights != self._store_weights:
             self.prefix_store.clear()
-        self._store_weights = weights
+            self._store_weights = weights
 
 
 def weights_state(model: nn.Module) -> tuple:
