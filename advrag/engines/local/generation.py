@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
@@ -169,29 +170,47 @@ class SnapshotGenerator(HFGenerator):
     vLLM engine, the copy only changes through ``push_weights``, which the
     training step calls after every update. ``adapter``: on a base shared by
     several LoRA adapters (ARR's agents), the one merged into this copy.
+    ``dtype=torch.float16`` on a CPU keeps fp32 activations and packs fp16 weights
+    for fbgemm (``pack_fp16_weights``).
     """
 
     def __init__(self, model: nn.Module, tokenizer, *, dtype: torch.dtype,
                  adapter: str | None = None, **options):
         self.dtype = dtype
         self.adapter = adapter
-        super().__init__(inference_copy(model, dtype, adapter), tokenizer, **options)
+        super().__init__(self._copy_of(model), tokenizer, **options)
+
+    def _copy_of(self, model: nn.Module) -> nn.Module:
+        """``model`` merged and cast for sampling (fp16 weights packed on a CPU)."""
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        if self.dtype == torch.float16 and on_cpu:
+            return pack_fp16_weights(inference_copy(model, torch.float32, self.adapter))
+        return inference_copy(model, self.dtype, self.adapter)
 
     def push_weights(self, model: nn.Module) -> None:
         """Sample from ``model``'s current weights from now on.
 
         The copy's weights are overwritten in place (LoRA deltas added to their
-        base weights on the fly), with no new model built; a model whose
-        weights do not map one to one onto the copy's gets a fresh copy.
+        base weights on the fly; packed fp16 weights packed again), with no new
+        model built; a model whose weights do not map one to one onto the copy's
+        gets a fresh copy.
         """
         weights = dict(self.model.named_parameters())
         merged = dict(merged_weights(model, self.adapter))
         if merged.keys() != weights.keys():
-            self.model = inference_copy(model, self.dtype, self.adapter)
+            self.model = self._copy_of(model)
             return
+        packed = [m for m in self.model.modules() if isinstance(m, PackedFp16Linear)]
+        packed_weights = {id(p) for m in packed for p in (m.weight, m.bias) if p is not None}
+        written = set()
         with torch.no_grad():
             for name, weight in merged.items():
-                weights[name].copy_(weight)
+                target = weights[name]
+                if id(target) in packed_weights and torch.equal(target, weight):
+                    continue  # packing is slow: a weight LoRA leaves alone is not packed again
+                target.copy_(weight)
+                written.add(id(target))
+        repack([m for m in packed if {id(m.weight), id(m.bias)} & written])
 
 
 def merged_weights(model: nn.Module, adapter: str | None = None) -> Iterator[tuple[str, Tensor]]:
@@ -242,3 +261,53 @@ def pick_dtype(requested: str) -> str:
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return "bfloat16" if native else "float32"
+
+
+class PackedFp16Linear(nn.Linear):
+    """A linear layer computing with an fp16 copy of its weight packed for fbgemm: fp32 inputs,
+    accumulation and outputs.
+
+    A decoding step multiplies a few rows by every weight; on a CPU without native bf16,
+    fp32 matmuls of so few rows run far below the peak, and fbgemm's fp16-weight kernels,
+    reading half the bytes, are several times faster (README, "How fast"). The fp32
+    ``weight`` stays, so pushes write it as before; ``repack`` refreshes the packed copy.
+    """
+
+    packed: torch.ScriptObject
+
+    def repack(self) -> None:
+        """Pack the current ``weight`` (and ``bias``) again."""
+        bias = None if self.bias is None else self.bias.detach()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(self.weight.detach(), bias)
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        """``inputs @ weight.T + bias`` with the weight rounded to fp16."""
+        return torch.ops.quantized.linear_dynamic_fp16(inputs, self.packed)
+
+
+def repack(layers: Sequence[PackedFp16Linear]) -> None:
+    """Pack ``layers`` again, on as many threads as torch uses (packing runs on one core)."""
+    with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as pool:
+        list(pool.map(PackedFp16Linear.repack, layers))
+
+
+def fp16_weights_supported() -> bool:
+    """Whether this torch build has fbgemm's fp16-weight linear kernels (x86 CPUs)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def pack_fp16_weights(model: nn.Module) -> nn.Module:
+    """Make every ``nn.Linear`` of an fp32 CPU ``model`` a ``PackedFp16Linear`` (in place);
+    ``model`` itself, for sampling only (the packed weights take no gradients)."""
+    if not fp16_weights_supported():
+        raise RuntimeError("fp16 weights on the CPU need torch's fbgemm kernels (an x86 build); "
+                           "sample in fp32 instead (rollout_backend: hf).")
+    linears = [module for module in model.modules() if type(module) is nn.Linear]
+    for module in linears:
+        if module.weight.dtype != torch.float32 or module.weight.device.type != "cpu":
+            raise ValueError(f"pack_fp16_weights takes an fp32 CPU model, got a "
+                             f"{module.weight.dtype} weight on {module.weight.device}.")
+    for module in linears:
+        module.__class__ = PackedFp16Linear
+    repack(linears)
+    return model
