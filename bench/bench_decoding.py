@@ -83,10 +83,9 @@ def episodes(generator: HFGenerator, questions, retriever, args) -> tuple[float,
     return seconds, generator.generated_tokens - before, [t.text for t in trajectories]
 
 
-def compare(policy, questions, retriever, temperature: float, args) -> dict:
-    """The generators at ``temperature``, alternating, ``args.repeats`` times each."""
-    packed = pack_fp16_weights(copy.deepcopy(policy.model)) if "ours-fp16" in args.generators \
-        else None
+def compare(policy, packed, questions, retriever, temperature: float, args) -> dict:
+    """The generators at ``temperature``, alternating, ``args.repeats`` times each; ``packed``:
+    the fp16-weight copy of ``policy.model`` (None without ``ours-fp16``)."""
     make = {"ours": functools.partial(HFGenerator, policy.model),
             "ours-no-store": functools.partial(HFGenerator, policy.model, prefix_store_bytes=0),
             "ours-fp16": functools.partial(HFGenerator, packed),
@@ -157,6 +156,8 @@ def main() -> None:
 
     dtype = pick_dtype("auto")
     policy = load_policy(args.model, dtype=dtype)
+    packed = pack_fp16_weights(copy.deepcopy(policy.model)) if "ours-fp16" in args.generators \
+        else None
     retriever = load_retriever(args.index)
     questions = [r.question for r in load_qa(Path("data/world/test.jsonl"),
                                              limit=args.questions)]
@@ -164,7 +165,7 @@ def main() -> None:
               "questions": len(questions), "max_turns": args.max_turns,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "threads": torch.get_num_threads(),
-              "temperatures": {str(t): compare(policy, questions, retriever, t, args)
+              "temperatures": {str(t): compare(policy, packed, questions, retriever, t, args)
                                for t in args.temperatures}}
     write_report(args.out, report)
 

@@ -12,8 +12,8 @@ fast"); else ``"hf"``.
 
 All implement ``advrag.agents.types.TextGenerator``; ``hf`` and ``vllm`` give
 identical greedy output on the same weights, ``hf-fp16`` samples weights
-rounded to fp16 (log-probabilities within 0.04 of fp32's on SmolLM2). ``hf``
-and ``vllm`` sample in the dtype the policy computes in: bf16 when the
+rounded to fp16 (log-probabilities within 0.05 of fp32's on SmolLM2: README,
+"How fast"). ``hf`` and ``vllm`` sample in the dtype the policy computes in: bf16 when the
 ``autocast`` option (``TrainablePolicy.autocast``) is a bf16 autocast, else the
 parameters' dtype. A generator that holds its own copy of the weights (vLLM and
 ``hf-fp16`` always; ``hf`` when that dtype differs from the parameters', e.g.
