@@ -98,10 +98,11 @@ def world(
                                       help="Words per passage (facts, then filler up to it)."),
 ) -> None:
     """Generate the fictional offline world (corpus + QA splits)."""
+    from advrag.datasets.world import WorldConfig
     from advrag.ops.dataplane import build_world
 
-    build_world(out, seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
-                passage_words=passage_words)
+    build_world(out, WorldConfig(seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
+                                 passage_words=passage_words))
     typer.echo(f"wrote the world to {out}")
 
 

@@ -69,13 +69,12 @@ def start_server(home: Path, port: int) -> float:
 def tiny_policy(config_path: Path, out: Path) -> Path:
     """The tiny random Llama, its tokenizer trained on the world the config generates."""
     from advrag.config import PipelineConfig, load_config
-    from advrag.datasets.world import WorldConfig, generate_world, write_world
+    from advrag.datasets.world import generate_world, write_world
     from advrag.models.tiny import build_tiny_policy
 
     section = load_config(config_path, PipelineConfig).data.world
     world_dir = out.parent / "world-for-tokenizer"
-    write_world(generate_world(WorldConfig(seed=section.seed, n_train=section.n_train,
-                                           n_dev=section.n_dev, n_test=section.n_test)), world_dir)
+    write_world(generate_world(section.world_config()), world_dir)
     texts = [json.loads(line)["contents"] for line in (world_dir / "corpus.jsonl").open()]
     return build_tiny_policy(out, texts)
 

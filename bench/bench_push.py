@@ -9,9 +9,12 @@ layer); before, it deep-copied the model, merged the adapter and cast the copy
 (``inference_copy``). ``--vllm`` adds the vLLM back-end's push: the same
 adapter merged into an eager vLLM-CPU engine's bf16 weights (``reload_weights``)
 and its prefix cache dropped. ``--fp16`` adds the ``hf-fp16`` back-end's push: the
-merged weights written into its fp32 copy in place and every linear layer's fp16
-weight packed again for fbgemm. The ways run interleaved in one process; medians
-after one warm-up round. The test suite checks the first two give bitwise equal
+merged weights written into its fp32 copy in place and the fp16 weight of every linear
+layer that changed packed again for fbgemm, for the LoRA policy (its adapted layers) and for
+a fully trained SmolLM2 (every layer, the tied LM head included). Before each push the
+trained weights move (an untimed step of 1e-4 on every trainable weight), as after an
+update: a push of unchanged weights would skip the packing. The ways run interleaved in
+one process; medians after one warm-up round. The test suite checks the first two give bitwise equal
 weights.
 """
 
@@ -24,6 +27,14 @@ from pathlib import Path
 
 import torch
 from reporting import write_report
+
+
+def step_trained_weights(model: torch.nn.Module) -> None:
+    """Move every trainable weight by 1e-4, as an update would (untimed)."""
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.requires_grad:
+                weight.add_(1e-4)
 
 
 def main() -> None:
@@ -46,10 +57,15 @@ def main() -> None:
                                   adapter="reasoner")
     ways = {"new merged copy": lambda: inference_copy(model, torch.bfloat16, "reasoner"),
             "in place": lambda: generator.push_weights(model)}
+    trained_by_way = {}  # the model each way pushes, where not the LoRA one
     if args.fp16:
         packed = SnapshotGenerator(model, loaded.tokenizer, dtype=torch.float16,
                                    adapter="reasoner")
+        full = load_policy("smollm2", dtype="float32").model
+        packed_full = SnapshotGenerator(full, loaded.tokenizer, dtype=torch.float16)
         ways["in place, fp16 weights packed"] = lambda: packed.push_weights(model)
+        ways["full model, fp16 weights packed"] = lambda: packed_full.push_weights(full)
+        trained_by_way["full model, fp16 weights packed"] = full
     if args.vllm:
         from advrag.engines.vllm.generation import VLLMGenerator
 
@@ -59,6 +75,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in ways}
     for repeat in range(args.repeats + 1):  # the first round warms up
         for name, push in ways.items():
+            step_trained_weights(trained_by_way.get(name, model))
             start = time.perf_counter()
             push()
             if repeat:

@@ -1,14 +1,18 @@
 """Agent-loop rollouts against the raw engine on the same prompts and lengths (issue 11, target 1).
 
-    python bench/bench_rollout_replay.py [--modes hf-bf16 vllm-eager vllm-compiled]
+    python bench/bench_rollout_replay.py [--modes hf-bf16 hf-fp16 vllm-eager vllm-compiled]
                                          [--batch 32] [--repeats 3] [--arr-questions 8]
                                          [--model DIR]
 
 Each mode runs in its own subprocess. The policy is the train flow's: SmolLM2-135M
 (``--model``: e.g. a warmed-up checkpoint, whose rollouts search as in training)
 with LoRA r=16 (adapter weights drawn small and non-zero, so merging them is real
-work that leaves the policy's behaviour intact), fp32 weights, bf16 sampling:
+work that leaves the policy's behaviour intact), fp32 weights, bf16 sampling except in
+``hf-fp16``:
 - ``hf-bf16``: transformers ``generate`` on a LoRA-merged bf16 copy (the default);
+- ``hf-fp16``: the policy computes in fp32 (no bf16 autocast: a CPU without bf16
+  instructions) and samples with transformers from a LoRA-merged copy whose linear
+  weights are packed in fp16 (the ``hf-fp16`` back-end, ``auto``'s choice there);
 - ``vllm-eager`` / ``vllm-compiled``: an in-process vLLM-CPU engine in bf16, eager
   or with its torch.compile'd graph (``enforce_eager``), weights pushed from the policy.
 
@@ -45,17 +49,17 @@ from pathlib import Path
 import torch
 from reporting import write_report
 
-MODES = ["hf-bf16", "vllm-eager", "vllm-compiled"]
+MODES = ["hf-bf16", "hf-fp16", "vllm-eager", "vllm-compiled"]
 ADAPTER_STD = 0.005  # LoRA A and B entries: a merged delta ~1 % of SmolLM2's weights
 
 
-def lora_policy(config):
+def lora_policy(config, cpu_bf16: bool):
     """SmolLM2 + LoRA as the train flow builds it, adapters drawn non-zero (a trained policy)."""
     from advrag.engines.local.policy import TrainablePolicy
     from advrag.models.loading import load_policy
 
     loaded = load_policy(config.model, dtype="float32")
-    policy = TrainablePolicy(loaded.model, lora=config.lora, cpu_bf16=True)
+    policy = TrainablePolicy(loaded.model, lora=config.lora, cpu_bf16=cpu_bf16)
     torch.manual_seed(0)
     with torch.no_grad():
         for weight in policy.trainable_parameters():
@@ -67,14 +71,19 @@ def engine_options(mode: str) -> tuple[str, dict]:
     """``mode``'s back-end and its engine settings."""
     if mode.startswith("vllm"):
         return "vllm", {"enforce_eager": mode == "vllm-eager"}
-    return "hf", {}
+    return ("hf-fp16" if mode == "hf-fp16" else "hf"), {}
+
+
+def computes_in_bf16(mode: str) -> bool:
+    """Whether ``mode``'s policy runs under CPU bf16 autocast (all but ``hf-fp16``)."""
+    return mode != "hf-fp16"
 
 
 def search_r1_generators(mode: str, config):
     """The train flow's generator for ``mode``; {name: generator}, tokenizer, engine start s."""
     from advrag.engines.generators import make_generator
 
-    policy, loaded = lora_policy(config)
+    policy, loaded = lora_policy(config, computes_in_bf16(mode))
     backend, engine = engine_options(mode)
     started = time.perf_counter()
     generator = make_generator(backend, policy.model, loaded.tokenizer, loaded.source,
@@ -90,7 +99,8 @@ def arr_generators(mode: str, config):
     from advrag.models.loading import load_policy, resolve_model_dir
 
     loaded = load_policy(config.model, dtype="float32")
-    policies = dual.shared_lora_policies(loaded.model, config.lora, cpu_bf16=True)
+    policies = dual.shared_lora_policies(loaded.model, config.lora,
+                                         cpu_bf16=computes_in_bf16(mode))
     torch.manual_seed(0)
     with torch.no_grad():
         for policy in policies.values():

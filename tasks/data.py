@@ -14,10 +14,7 @@ from advrag.ops import dataplane
 def build_world(section: WorldSection) -> Path:
     """Generate the offline world (0.4 s, deterministic; not cached, so a deleted
     world directory is always rebuilt — DVC's hashes make the rest a no-op)."""
-    return dataplane.build_world(
-        section.out_dir, seed=section.seed, n_train=section.n_train,
-        n_dev=section.n_dev, n_test=section.n_test, passage_words=section.passage_words,
-    )
+    return dataplane.build_world(section.out_dir, section.world_config())
 
 
 @task

@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advrag.config.base import OverridesOf, Strict
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
 from advrag.datasets.loaders import is_qa_path
+from advrag.datasets.world import WorldConfig
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
 ReasonerAction = Literal["think", "search", "verify", "answer"]
@@ -65,6 +66,26 @@ class WorldSection(Strict):
     n_test: int = Field(100, ge=1, description="Held-out test questions.")
     passage_words: int = Field(100, ge=40, le=120, description="Words per passage (facts, then "
                                "filler up to it): shorter passages, shorter prompts.")
+    n_countries: int = Field(12, ge=2, description="Countries, each with its capital city.")
+    n_cities: int = Field(120, ge=2, description="Cities (at least n_countries).")
+    n_people: int = Field(480, ge=4, description="People (about two passages each).")
+    n_organisations: int = Field(150, ge=2, description="Organisations.")
+    n_rivers: int = Field(40, ge=2, description="Rivers.")
+    n_mountains: int = Field(40, ge=2, description="Mountains. The entity counts set the corpus "
+                             "size (the defaults: ~1.5k passages); tests use a small world.")
+
+    def world_config(self) -> WorldConfig:
+        """The generator's settings: everything here but ``out_dir``."""
+        return WorldConfig(**self.model_dump(exclude={"out_dir"}))
+
+    @model_validator(mode="after")
+    def _generates(self) -> WorldSection:
+        """Sizes the generator refuses (fewer cities than countries) fail when the config loads."""
+        try:
+            self.world_config()
+        except ValidationError as err:
+            raise ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return self
 
 
 class DataConfig(Strict):

@@ -13,8 +13,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from advrag.datasets.world import WorldConfig
 
 DVC_ENV = {"DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
 
@@ -62,13 +66,10 @@ def configure_s3_remote(name: str, url: str, endpoint_url: str | None = None, *,
         run_dvc(["remote", "modify", "--local", name, "secret_access_key", secret_access_key], root)
 
 
-def build_world(out_dir: Path, *, seed: int, n_train: int, n_dev: int, n_test: int,
-                passage_words: int) -> Path:
+def build_world(out_dir: Path, config: WorldConfig) -> Path:
     """Generate the offline world and write its corpus and QA splits to ``out_dir``."""
-    from advrag.datasets.world import WorldConfig, generate_world, write_world
+    from advrag.datasets.world import generate_world, write_world
 
-    config = WorldConfig(seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
-                         passage_words=passage_words)
     write_world(generate_world(config), out_dir)
     return out_dir
 

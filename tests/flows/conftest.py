@@ -126,9 +126,11 @@ def postgres_uri():
         shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def prefect_server():
-    """A temporary Prefect server for one test module (the flow tests that ask for it)."""
+    """One temporary Prefect server (SQLite in tmp) for the flow tests that ask for it, shared
+    by all of them: each start costs ~15 s here. No test reads runs back from it; the
+    scheduling tests talk to their own server by its URL."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):

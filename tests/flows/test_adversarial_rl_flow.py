@@ -5,7 +5,6 @@ from __future__ import annotations
 import mlflow
 import pytest
 import torch
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import AdversarialRLConfig, BenchmarkConfig, WarmupSection
 from advrag.flows.adversarial_rl import adversarial_rl
@@ -20,12 +19,6 @@ REASONER_METRICS = {"impact_mean", "monitored_entropy", "searches", "truncated_a
 VERIFIER_METRICS = {"clarity_mean", "process_adv_mean", "critique_actions", "critique_entropy",
                     "truncated_actions"}
 SHARED_METRICS = {"final/em", "final/f1", "time/retrieval_s", "time/step_s"}
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> AdversarialRLConfig:

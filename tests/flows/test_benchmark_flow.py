@@ -8,18 +8,11 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import BenchmarkConfig, ConfigError, load_config
 from advrag.flows.benchmark import benchmark
 from advrag.ops import dataplane
 from advrag.tasks import tracking
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def test_benchmark_flow_logs_the_expected_run(prefect_server, tmp_path, monkeypatch,

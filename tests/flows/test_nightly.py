@@ -19,7 +19,6 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 from tiny_configs import write_tiny_nightly
 
 from advrag.flows.nightly import nightly, promote, rollback
@@ -29,27 +28,21 @@ from advrag.tasks import promotion as promo
 from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL_ENTITIES = dict(n_countries=3, n_cities=8, n_people=16, n_organisations=6,
-                      n_rivers=3, n_mountains=3)
 REASONER, PARTNER, JUDGE = "advrag-reasoner", "advrag-gar-discriminator", "advrag-discriminator"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(prefect_server, tmp_path_factory):
     """A throwaway git+DVC repo with the project's stages, a small world and a tmp MLflow store."""
-    from advrag.datasets import world
-
     root = tmp_path_factory.mktemp("nightly-project")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     dataplane.run_dvc(["init", "-q"], root)
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "advrag", root / "advrag")  # stage deps name source files
-    base = world.WorldConfig
-    with pytest.MonkeyPatch.context() as patch, prefect_test_harness(server_startup_timeout=120):
+    with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
-        patch.setattr(world, "WorldConfig", lambda **kw: base(**(SMALL_ENTITIES | kw)))
         patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(root / ".mlflow"))
         yield root
 

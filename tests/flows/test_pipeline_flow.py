@@ -15,7 +15,6 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import PipelineConfig
 from advrag.flows.pipeline import pipeline
@@ -24,27 +23,23 @@ from advrag.registry.promotion import CHAMPION
 from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL_ENTITIES = dict(n_countries=3, n_cities=8, n_people=16, n_organisations=6,
-                      n_rivers=3, n_mountains=3)
+SMALL_WORLD = {"out_dir": "data/world", "seed": 3, "n_train": 8, "n_dev": 4, "n_test": 4,
+               "n_countries": 3, "n_cities": 8, "n_people": 16, "n_organisations": 6,
+               "n_rivers": 3, "n_mountains": 3}
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def project(tmp_path, monkeypatch):
+def project(prefect_server, tmp_path, monkeypatch):
     """A throwaway git+DVC repo with the project's stages and a tmp MLflow store."""
-    from advrag.datasets import world
-
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     dataplane.run_dvc(["init", "-q"], tmp_path)
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "advrag", tmp_path / "advrag")  # stage deps name source files
-    base = world.WorldConfig
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(world, "WorldConfig", lambda **kw: base(**(SMALL_ENTITIES | kw)))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / ".mlflow"))
-    with prefect_test_harness(server_startup_timeout=120):
-        yield tmp_path
+    return tmp_path
 
 
 def write(path: Path, settings: dict) -> Path:
@@ -68,7 +63,7 @@ def tiny_pipeline(project: Path, policy: Path) -> PipelineConfig:
         "max_new_tokens": 12, "questions": 8, "out_dir": str(project / "slices"),
         "checkpoint_dir": str(project / "judge"), "registered_model": "tiny-discriminator"})
     return PipelineConfig(
-        data={"world": {"out_dir": "data/world", "seed": 3, "n_train": 8, "n_dev": 4, "n_test": 4}},
+        data={"world": SMALL_WORLD},
         recipe=recipe, discriminator=judge, promotion={"method": "search_r1", "n_boot": 200},
         experiment="pipeline-test", cache_dir=project / "stages")
 

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import DataConfig, WorldSection
 from advrag.curation.gates import DataGateError
@@ -15,13 +14,8 @@ from advrag.flows.prepare_data import prepare_data
 from advrag.ops import dataplane
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = dict(seed=3, n_train=6, n_dev=4, n_test=4)
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+SMALL = WorldSection(seed=3, n_train=6, n_dev=4, n_test=4, n_countries=3, n_cities=8,
+                     n_people=16, n_organisations=6, n_rivers=3, n_mountains=3)
 
 
 @pytest.fixture()
@@ -36,26 +30,10 @@ def project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def small_world(monkeypatch) -> WorldSection:
-    """Shrink the world: the flow's task builds WorldConfig from these sizes."""
-    from advrag.datasets import world
-
-    monkeypatch.setattr(world, "WorldConfig", _small_config(world.WorldConfig))
-    return WorldSection(**SMALL)
-
-
-def _small_config(base):
-    def make(**kwargs):
-        return base(n_countries=3, n_cities=8, n_people=16, n_organisations=6,
-                    n_rivers=3, n_mountains=3, **kwargs)
-    return make
-
-
-def test_bad_extra_file_fails_the_gate_and_writes_nothing_downstream(prefect_server, project,
-                                                                    monkeypatch):
+def test_bad_extra_file_fails_the_gate_and_writes_nothing_downstream(prefect_server, project):
     bad = project / "bad.jsonl"
     bad.write_text('{"id": "q1", "question": "Who?", "golden_answers": []}\n{"id": "q1"\n')
-    config = DataConfig(world=small_world(monkeypatch), extra_files=[bad])
+    config = DataConfig(world=SMALL, extra_files=[bad])
     with pytest.raises(DataGateError) as err:
         prepare_data(config)
     report = str(err.value)
@@ -66,9 +44,8 @@ def test_bad_extra_file_fails_the_gate_and_writes_nothing_downstream(prefect_ser
     assert not (project / "processed").exists()
 
 
-def test_good_data_is_versioned_and_indexed_then_repro_is_a_noop(prefect_server, project,
-                                                                monkeypatch):
-    config = DataConfig(world=small_world(monkeypatch))
+def test_good_data_is_versioned_and_indexed_then_repro_is_a_noop(prefect_server, project):
+    config = DataConfig(world=SMALL)
     version = prepare_data(config)
     assert (project / "processed" / "index").is_dir()
     assert version == dataplane.data_version(project)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import mlflow
-import pytest
 import torch
-from prefect.testing.utilities import prefect_test_harness
 
 from advrag.config import BenchmarkConfig, TrainFlowConfig
 from advrag.engines.local.checkpoint import list_checkpoints
@@ -16,12 +14,6 @@ from advrag.tasks import tracking
 STEP_METRICS = {"reward_mean", "reward_std", "informative_groups", "loss", "kl", "clip_fraction",
                 "grad_norm", "entropy", "tokens_per_s", "searches", "lr", "rollout_s", "score_s",
                 "update_s"}
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def config(tmp_path, world, index, policy, steps, evaluate=None) -> TrainFlowConfig:

@@ -183,3 +183,21 @@ def test_the_pipeline_world_section_sets_the_passage_length(tmp_path):
     build_world.fn(section)
     counts = [len(_body(p["contents"]).split()) for p in load_corpus(tmp_path / "corpus.jsonl")]
     assert 60 <= min(counts) and max(counts) <= 74  # the bounds of test_passage_lengths_near_target
+
+
+def test_the_pipeline_world_section_sizes_the_world_and_refuses_what_cannot_generate(tmp_path):
+    from advrag.config import ConfigError, PipelineConfig, WorldSection, load_config
+    from advrag.tasks.data import build_world
+
+    sizes = ("n_countries", "n_cities", "n_people", "n_organisations", "n_rivers", "n_mountains")
+    assert {k: getattr(WorldSection(), k) for k in sizes} == {k: getattr(WorldConfig(), k)
+                                                             for k in sizes}
+    section = WorldSection(out_dir=tmp_path, **SMALL)
+    build_world.fn(section)
+    assert load_corpus(tmp_path / "corpus.jsonl") == generate_world(
+        WorldConfig(seed=section.seed, **SMALL)).passages
+
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("data: {world: {n_countries: 5, n_cities: 4}}\n")
+    with pytest.raises(ConfigError, match=r"data\.world.*n_cities \(4\) < n_countries \(5\)"):
+        load_config(config, PipelineConfig)
