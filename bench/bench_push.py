@@ -14,8 +14,8 @@ layer that changed packed again for fbgemm, for the LoRA policy (its adapted lay
 a fully trained SmolLM2 (every layer, the tied LM head included). Before each push the
 trained weights move (an untimed step of 1e-4 on every trainable weight), as after an
 update: a push of unchanged weights would skip the packing. The ways run interleaved in
-one process; medians after one warm-up round. The test suite checks the first two give bitwise equal
-weights.
+one process; medians after one warm-up round. The test suite checks the first two give
+bitwise equal weights.
 """
 
 from __future__ import annotations
