@@ -55,6 +55,9 @@ def _unreserved(name: str) -> str:
     return name
 
 
+_WORLD = WorldConfig()  # the generator's default sizes, the section's defaults too
+
+
 class WorldSection(Strict):
     """Size and seed of the generated offline world."""
 
@@ -66,13 +69,15 @@ class WorldSection(Strict):
     n_test: int = Field(100, ge=1, description="Held-out test questions.")
     passage_words: int = Field(100, ge=40, le=120, description="Words per passage (facts, then "
                                "filler up to it): shorter passages, shorter prompts.")
-    n_countries: int = Field(12, ge=2, description="Countries, each with its capital city.")
-    n_cities: int = Field(120, ge=2, description="Cities (at least n_countries).")
-    n_people: int = Field(480, ge=4, description="People (about two passages each).")
-    n_organisations: int = Field(150, ge=2, description="Organisations.")
-    n_rivers: int = Field(40, ge=2, description="Rivers.")
-    n_mountains: int = Field(40, ge=2, description="Mountains. The entity counts set the corpus "
-                             "size (the defaults: ~1.5k passages); tests use a small world.")
+    n_countries: int = Field(_WORLD.n_countries, ge=2,
+                             description="Countries, each with its capital city.")
+    n_cities: int = Field(_WORLD.n_cities, ge=2, description="Cities (at least n_countries).")
+    n_people: int = Field(_WORLD.n_people, ge=4, description="People (about two passages each).")
+    n_organisations: int = Field(_WORLD.n_organisations, ge=2, description="Organisations.")
+    n_rivers: int = Field(_WORLD.n_rivers, ge=2, description="Rivers.")
+    n_mountains: int = Field(_WORLD.n_mountains, ge=2, description="Mountains. The entity counts "
+                             "set the corpus size (the defaults: ~1.5k passages); tests use a "
+                             "small world.")
 
     def world_config(self) -> WorldConfig:
         """The generator's settings: everything here but ``out_dir``."""
