@@ -23,7 +23,8 @@ on SmolLM2: 24 new tokens a row on average, 80 at most). Here:
 
 Tokens are chosen as ``generate`` chooses them: the argmax at temperature 0; else the
 logits divided by the temperature, cut to the smallest set of tokens whose probability
-reaches ``top_p`` (nucleus sampling), and one token drawn from torch's global generator.
+reaches ``top_p`` (nucleus sampling), and one token drawn from torch's global generator
+(the same distribution as ``generate``'s, other draws for a seed: ``draw_from``).
 """
 
 from __future__ import annotations
@@ -140,7 +141,22 @@ def choose_tokens(logits: Tensor, temperature: float, top_p: float) -> Tensor:
         before = ordered.softmax(dim=-1).cumsum(dim=-1) - ordered.softmax(dim=-1)
         ordered = ordered.masked_fill(before >= top_p, float("-inf"))  # the first always stays
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, ordered)
-    return torch.multinomial(scaled.softmax(dim=-1), num_samples=1).squeeze(-1)
+    return draw_from(scaled.softmax(dim=-1))
+
+
+def draw_from(probs: Tensor) -> Tensor:
+    """One index per row of ``probs (rows, vocab)``, drawn with those probabilities from torch's
+    global generator: the first index whose cumulative probability exceeds a uniform draw.
+
+    One random number a row, where ``torch.multinomial`` draws one per vocabulary entry (26 ms
+    against 3 ms for 16 rows of SmolLM2's 49k tokens here, a tenth of a decoding step). The
+    sums run in fp64 and are divided by their total, so the last one is exactly 1 and above
+    every draw, and an index of probability 0 (its sum equals the one before) is never chosen.
+    """
+    sums = probs.double().cumsum(dim=-1)
+    sums /= sums[:, -1:].clone()
+    uniform = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device)
+    return torch.searchsorted(sums, uniform, right=True).squeeze(-1)
 
 
 class _BufferedLayer(DynamicLayer):
