@@ -16,8 +16,8 @@ from advrag.engines.local.decoding import (
     PREFIX_STORE_BYTES,
     PrefixStore,
     choose_tokens,
-    draw_from,
     decode,
+    draw_from,
     length_groups,
     shared_prefix_length,
 )

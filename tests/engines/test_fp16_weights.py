@@ -13,6 +13,7 @@ from test_snapshot_generator import PROMPTS, Q_PROJ, greedy, lora_policy
 from torch import nn
 
 from advrag.engines.generators import make_generator, resolve_backend
+from advrag.engines.local import generation
 from advrag.engines.local.generation import (
     HFGenerator,
     PackedFp16Linear,
@@ -28,14 +29,12 @@ pytestmark = pytest.mark.skipif(
 
 
 def rounded_to_fp16(model: nn.Module) -> nn.Module:
-    """An fp32 copy of ``model`` whose linear weights (and biases) are rounded to fp16: what the
-    packed layers compute, worked out with plain fp32 matmuls."""
+    """An fp32 copy of ``model`` whose linear weights are rounded to fp16 (biases stay fp32, as
+    fbgemm keeps them): what the packed layers compute, worked out with plain fp32 matmuls."""
     clone = copy.deepcopy(model)
     for module in clone.modules():
         if type(module) is nn.Linear:  # new parameters: a tied lm_head leaves the embedding exact
             module.weight = nn.Parameter(module.weight.detach().half().float())
-            if module.bias is not None:
-                module.bias = nn.Parameter(module.bias.detach().half().float())
     return clone
 
 
@@ -84,6 +83,20 @@ def test_hf_fp16_samples_a_merged_copy_and_push_packs_the_new_weights(tiny_polic
     generator.push_weights(model)
     updated = rounded_to_fp16(copy.deepcopy(model).merge_and_unload().eval())
     assert greedy(generator) == greedy(HFGenerator(updated, tokenizer)) != before
+
+
+def test_a_large_matrix_is_packed_in_pieces_of_output_rows(monkeypatch):
+    """With at most 50 weights a piece, a 10×16 layer (160 weights) packs as 4 pieces of 3, 3,
+    2 and 2 output rows and computes what its fp16-rounded weight and fp32 bias compute."""
+    monkeypatch.setattr(generation, "PACKED_PIECE_WEIGHTS", 50)
+    torch.manual_seed(0)
+    layer = nn.Linear(16, 10)
+    model = pack_fp16_weights(nn.Sequential(layer))
+    assert [w.shape[0] for w, _ in layer.pieces()] == [3, 3, 2, 2]
+    assert len(layer.packed) == 4
+    inputs = torch.randn(5, 16)
+    expected = inputs @ layer.weight.detach().half().float().T + layer.bias.detach()
+    torch.testing.assert_close(model(inputs), expected, rtol=0, atol=1e-5)
 
 
 def test_a_push_packs_exactly_the_layers_whose_weights_changed(tiny_policy_dir):

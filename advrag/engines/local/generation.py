@@ -263,6 +263,13 @@ def pick_dtype(requested: str) -> str:
     return "bfloat16" if native else "float32"
 
 
+PACKED_PIECE_WEIGHTS = 4 << 20
+"""Most weights fbgemm packs as one matrix. Packing slows from ~70 to ~32 M weights/s a
+thread once a matrix outgrows the cache (SmolLM2's 28 M-weight LM head: 0.9 s whole, 0.27 s
+as 8 pieces on two threads), and pieces spread over the threads; a step multiplies by the
+pieces one after the other (the head's step: 14 → 11 ms here, the same values)."""
+
+
 class PackedFp16Linear(nn.Linear):
     """A linear layer computing with an fp16 copy of its weight packed for fbgemm: fp32 inputs,
     accumulation and outputs.
@@ -270,25 +277,40 @@ class PackedFp16Linear(nn.Linear):
     A decoding step multiplies a few rows by every weight; on a CPU without native bf16,
     fp32 matmuls of so few rows run far below the peak, and fbgemm's fp16-weight kernels,
     reading half the bytes, are several times faster (README, "How fast"). The fp32
-    ``weight`` stays, so pushes write it as before; ``repack`` refreshes the packed copy.
+    ``weight`` stays, so pushes write it as before; ``repack`` refreshes the packed copy,
+    a matrix of more than ``PACKED_PIECE_WEIGHTS`` weights in pieces of output rows.
     """
 
-    packed: torch.ScriptObject
+    packed: list[torch.ScriptObject]
 
-    def repack(self) -> None:
-        """Pack the current ``weight`` (and ``bias``) again."""
-        bias = None if self.bias is None else self.bias.detach()
-        self.packed = torch.ops.quantized.linear_prepack_fp16(self.weight.detach(), bias)
+    def pieces(self) -> list[tuple[Tensor, Tensor | None]]:
+        """``(weight rows, bias)`` of each piece packed on its own (consecutive output rows)."""
+        count = -(-self.weight.numel() // PACKED_PIECE_WEIGHTS)
+        weights = self.weight.detach().tensor_split(count)
+        biases = [None] * count if self.bias is None else self.bias.detach().tensor_split(count)
+        return list(zip(weights, biases, strict=True))
 
     def forward(self, inputs: Tensor) -> Tensor:
         """``inputs @ weight.T + bias`` with the weight rounded to fp16."""
-        return torch.ops.quantized.linear_dynamic_fp16(inputs, self.packed)
+        outputs = [torch.ops.quantized.linear_dynamic_fp16(inputs, piece) for piece in self.packed]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+
+
+def _pack(piece: tuple[Tensor, Tensor | None]) -> torch.ScriptObject:
+    """One weight piece (and its bias) rounded to fp16 and packed for fbgemm."""
+    return torch.ops.quantized.linear_prepack_fp16(*piece)
 
 
 def repack(layers: Sequence[PackedFp16Linear]) -> None:
-    """Pack ``layers`` again, on as many threads as torch uses (packing runs on one core)."""
+    """Pack ``layers`` again from their current weights, their pieces spread over as many
+    threads as torch uses (one packing runs on one core and releases the GIL)."""
+    jobs = [(layer, piece) for layer in layers for piece in layer.pieces()]
     with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as pool:
-        list(pool.map(PackedFp16Linear.repack, layers))
+        packed = list(pool.map(_pack, [piece for _, piece in jobs]))
+    for layer in layers:
+        layer.packed = []
+    for (layer, _), piece in zip(jobs, packed, strict=True):
+        layer.packed.append(piece)
 
 
 def fp16_weights_supported() -> bool:
