@@ -76,6 +76,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_optimizer.py
 	$(PY) bench/bench_arr_sampling.py
 	$(PY) bench/bench_push.py
+	$(PY) bench/bench_sampling.py
 	$(PY) bench/bench_difficulty_rollouts.py
 	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json

@@ -1,6 +1,6 @@
 """How a sampled token is drawn: one uniform number a row against ``torch.multinomial``.
 
-    python bench/bench_sampling.py [--repeats 9] [--backend hf-fp16] [--out bench/results/sampling.json]
+    python bench/bench_sampling.py [--repeats 9] [--backend hf|hf-fp16] [--out bench/results/sampling.json]
 
 ``decoding.choose_tokens`` used to draw each token with ``torch.multinomial``, which draws
 an exponential number for every vocabulary entry; ``decoding.draw_from`` searches the
@@ -45,14 +45,19 @@ def alternate(ways: dict, repeats: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--backend", default="hf-fp16", choices=["hf", "hf-fp16"])
+    parser.add_argument("--backend", choices=["hf", "hf-fp16"],
+                        help="the model decoding samples from (default: hf-fp16 where torch has "
+                             "fbgemm's fp16 kernels, else hf)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/sampling.json"))
     args = parser.parse_args()
 
     from advrag.datasets.loaders import load_qa
     from advrag.engines.generators import make_generator
     from advrag.engines.local import decoding
+    from advrag.engines.local.generation import fp16_weights_supported
     from advrag.models.loading import load_policy
+
+    args.backend = args.backend or ("hf-fp16" if fp16_weights_supported() else "hf")
 
     loaded = load_policy("smollm2", dtype="float32")
     tokenizer = loaded.tokenizer
