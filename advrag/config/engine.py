@@ -83,4 +83,6 @@ class SFTConfig(Strict):
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
     max_seq_len: int = Field(1024, ge=2, description="Tokens kept per demonstration.")
     grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
-    seed: int = Field(0, ge=0, lt=2**32, description="Order of the demonstrations.")
+    seed: int = Field(0, ge=0, lt=2**32,
+                      description="Order of the demonstrations; in a recipe's warm-up also "
+                                  "the adapter's initialisation.")

@@ -100,10 +100,12 @@ class Recipe(ABC):
         from advrag.engines.local.dual import export_policy
         from advrag.engines.local.generation import HFGenerator
         from advrag.engines.local.sft import supervised_finetune
+        from advrag.engines.local.trainer import seed_everything
 
         out, settings = self.config.checkpoint_dir / "warmup", self.warmup_settings()
         if reuse_warmup(out, settings):
             return out, []
+        seed_everything(self.config.warmup.sft.seed)  # the adapter's initialisation draws random numbers
         policy, tokenizer = trainable_policy(self.config.model, self.config, keep_reference=False)
         demos = self.demonstrations(records, retriever,
                                     HFGenerator(policy.model, tokenizer).chat_prompt)

@@ -1,5 +1,5 @@
-"""`optim.seed` fixes a recipe's run: the adapter initialisation does not depend on the RNG state
-the process had before ``build``."""
+"""`optim.seed` fixes a recipe's run and `warmup.sft.seed` its warm-up: the adapter initialisation
+does not depend on the RNG state the process had before ``build`` or ``warm_up``."""
 
 import pytest
 import torch
@@ -34,3 +34,29 @@ def test_the_same_seed_gives_the_same_adapter_whatever_came_before(tiny_policy_d
 def test_another_seed_gives_another_adapter(tiny_policy_dir, seed_zero):
     other = initial_adapter(tiny_policy_dir, seed=1, disturb=11)
     assert all(not torch.equal(other[n], w) for n, w in seed_zero.items())
+
+
+def warmed_up(model_dir, out_dir, disturb: int) -> dict[str, torch.Tensor]:
+    """The merged weights of a one-step SFT warm-up (LoRA r=4, 4 demonstrations of a BM25
+    world) into ``out_dir``, the global RNG first set to ``disturb``."""
+    from safetensors.torch import load_file
+    from small_worlds import bm25_world
+
+    world, retriever = bm25_world(seed=2, n_train=8)
+    torch.manual_seed(disturb)
+    config = TrainFlowConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
+                             rollout_backend="hf", evaluate=None, checkpoint_dir=str(out_dir),
+                             topk=2, warmup={"demonstrations": 4,
+                                             "sft": {"epochs": 1, "batch_size": 4}},
+                             optim={"group_size": 2, "max_seq_len": 256})
+    model_dir, _ = GrpoRecipe(config).warm_up(retriever, world.splits["train"])
+    return load_file(model_dir / "model.safetensors")
+
+
+def test_the_warm_up_does_not_depend_on_what_came_before(tiny_policy_dir, tmp_path):
+    """The adapter the warm-up trains starts from ``warmup.sft.seed``: two warm-ups after
+    different RNG histories merge into the same weights."""
+    first = warmed_up(tiny_policy_dir, tmp_path / "a", disturb=11)
+    second = warmed_up(tiny_policy_dir, tmp_path / "b", disturb=12)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(second[name], weight) for name, weight in first.items())
