@@ -59,7 +59,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reporting import matmul_peak_gflops, openmp_wait_policy
+from reporting import cpu_description, matmul_peak_gflops, openmp_wait_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 LORA_R, LORA_ALPHA = 16, 32
@@ -512,6 +512,7 @@ def main() -> None:
             f"questions; medians of steps {args.warmup + 1}..{args.warmup + args.steps}"
         ),
         "columns": COLUMNS,
+        "cpu": cpu_description(),
         "load_average_1min_at_start": load_at_start,
         "omp_wait_policy": openmp_wait_policy(),
         "versions": versions(),

@@ -22,10 +22,24 @@ def openmp_wait_policy() -> str:
     return os.environ.get("OMP_WAIT_POLICY") or "unset (libgomp default: spin briefly, then sleep)"
 
 
+def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name, core count and the vector/matrix extensions that pick torch's
+    kernels (results from an AVX2, an AVX512_BF16 and an AMX CPU differ several-fold)."""
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():  # the first processor's entry of each field
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    name, flags = fields.get("model name", "unknown CPU"), set(fields.get("flags", "").split())
+    extensions = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name} ({os.cpu_count()} cores; {', '.join(extensions) or 'no AVX2'})"
+
+
 def write_report(path: Path, report: dict) -> None:
-    """Add the 1-minute load average (shared cores slow every run) and the OpenMP wait policy,
-    write ``path``, print it."""
-    report = report | {"load_average_1m_at_end": os.getloadavg()[0],
+    """Add the CPU, the 1-minute load average (shared cores slow every run) and the OpenMP wait
+    policy, write ``path``, print it."""
+    report = report | {"cpu": cpu_description(), "load_average_1m_at_end": os.getloadavg()[0],
                        "omp_wait_policy": openmp_wait_policy()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

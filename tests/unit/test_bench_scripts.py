@@ -30,3 +30,17 @@ def test_benchmark_script_imports(script: Path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
+
+
+def test_a_report_names_the_cpu_by_its_first_processor(tmp_path, monkeypatch):
+    """The model name and the kernel-picking extensions come from the first processor's entry,
+    in a fixed order, other flags left out; without /proc/cpuinfo the CPU is unknown."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from reporting import cpu_description
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Chip A\nflags\t\t: fpu amx_bf16 avx2 sse4_2\n\n"
+                       "processor\t: 1\nmodel name\t: Chip B\nflags\t\t: fpu avx512f\n")
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert cpu_description(cpuinfo) == "Chip A (2 cores; avx2, amx_bf16)"
+    assert cpu_description(tmp_path / "absent") == "unknown CPU (2 cores; no AVX2)"
