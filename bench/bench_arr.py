@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import tempfile
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from reporting import cpu_description
 
 PARTS = ("reasoner/time/rollout_s", "verifier/time/rollout_s", "time/retrieval_s",
          "reasoner/time/score_s", "verifier/time/score_s", "reasoner/time/update_s",
@@ -96,7 +96,7 @@ def main() -> None:
             "group_size", "questions_per_step", "max_turns", "topk", "max_new_tokens",
             "policies", "cpu_bf16")} | {"lora": config.lora.model_dump() if config.lora else None,
                                         "steps": args.steps},
-        "machine": {"cpu": platform.processor() or platform.machine(),
+        "machine": {"cpu": cpu_description(),
                     "threads": torch.get_num_threads(),
                     "load_average_1m_at_end": os.getloadavg()[0]},  # shared cores inflate times
     }

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from itertools import islice
 
 import numpy as np
-from reporting import median_seconds
+from reporting import cpu_description, median_seconds
 
 from advrag.common.fileio import atomic_file
 from advrag.retrieval._files import iter_corpus
@@ -135,7 +135,7 @@ def environment() -> dict:
 
     return {"cpu_count": os.cpu_count(), "faiss_threads": faiss.omp_get_max_threads(),
             "faiss": faiss.__version__, "numpy": np.__version__, "python": platform.python_version(),
-            "machine": platform.processor() or platform.machine(),
+            "machine": cpu_description(),
             "load_average_1m": os.getloadavg()[0],
             "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "")}  # fmt: skip
 
