@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 from advrag.agents.types import Trajectory
 from advrag.engines.local.logprobs import (
     MATH_ATTENTION_MAX_WIDTH,
     micro_batches,
+    padded_only_on_the_right,
     sequence_logprobs,
     token_logprobs,
 )
@@ -156,3 +158,47 @@ def test_micro_batches_group_rows_of_similar_length_and_cover_each_once():
     assert [m.tolist() for m in micro_batches(mask, 8)] == [[1, 3, 4, 0, 2]]
     with pytest.raises(ValueError):
         micro_batches(mask, 0)
+
+
+def _masks_given_to_the_decoder(policy, batch: Batch) -> tuple[Tensor, list]:
+    """Log-probs of ``batch`` and the ``attention_mask`` each decoder call received."""
+    masks = []
+    hook = policy.model.get_decoder().register_forward_pre_hook(
+        lambda _module, _args, kwargs: masks.append(kwargs.get("attention_mask")),
+        with_kwargs=True)
+    try:
+        with torch.no_grad():
+            logprobs, _ = token_logprobs(policy.model, batch)
+    finally:
+        hook.remove()
+    return logprobs, masks
+
+
+def _moved_to_the_left(batch: Batch) -> Batch:
+    """``batch`` with each row's padding moved before its tokens (left padding)."""
+    shift = (~batch.attention_mask).sum(dim=1)
+
+    def roll(values):
+        return torch.stack([row.roll(int(n)) for row, n in zip(values, shift)])
+
+    return Batch(input_ids=roll(batch.input_ids), attention_mask=roll(batch.attention_mask),
+                 loss_mask=roll(batch.loss_mask), segment_ids=roll(batch.segment_ids),
+                 truncated_mask=batch.truncated_mask)
+
+
+def test_right_padded_rows_run_causal_attention_without_a_mask(policy, batch):
+    assert not batch.attention_mask.all()  # rows of different lengths: padding present
+    right, masks = _masks_given_to_the_decoder(policy, batch)
+    assert masks == [None]
+    left_batch = _moved_to_the_left(batch)
+    left, masks = _masks_given_to_the_decoder(policy, left_batch)
+    assert len(masks) == 1 and torch.equal(masks[0].bool(), left_batch.attention_mask)
+    for row in range(len(batch)):  # the same tokens scored to the same values (RoPE is relative)
+        torch.testing.assert_close(left[row][left_batch.loss_mask[row]],
+                                   right[row][batch.loss_mask[row]], atol=1e-5, rtol=0)
+
+
+def test_padding_on_the_right_only_is_recognised():
+    assert padded_only_on_the_right(torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]]))
+    assert not padded_only_on_the_right(torch.tensor([[1, 1, 0], [0, 1, 1]]))
+    assert not padded_only_on_the_right(torch.tensor([[1, 0, 1]]))

@@ -14,6 +14,12 @@ SDPA's math kernel instead of its flash kernel, whose fixed cost per call
 under activation checkpointing: its recompute in the backward runs outside that
 choice, and must compute exactly what the forward did.
 
+Batches are right-padded, so the causal mask alone keeps every real token from
+seeing padding: the decoder gets no attention mask then, and attention runs its
+causal kernel (which skips the blocks above the diagonal and shares grouped
+key/value heads) instead of a dense mask over every block — the same values
+at the real tokens, a tenth off a SmolLM2 update on a CPU.
+
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over
 micro-batches and stitches the results (old and reference log-probs). Both
@@ -74,13 +80,21 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     soft-capping or scaling) take the full forward and pick the positions.
     """
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long(),
-              "use_cache": False}
+    inputs = {"input_ids": batch.input_ids, "use_cache": False}
+    if not padded_only_on_the_right(batch.attention_mask):
+        inputs["attention_mask"] = batch.attention_mask.long()
     with attention_kernel(batch.input_ids, _recomputes_activations(causal)):
         if not _linear_head(causal.config):
             return model(**inputs).logits[rows, cols - 1]
         hidden = causal.get_decoder()(**inputs).last_hidden_state
     return causal.get_output_embeddings()(hidden[rows, cols - 1])
+
+
+def padded_only_on_the_right(attention_mask: Tensor) -> bool:
+    """Whether each row's real tokens come first, so a causal mask hides all its padding."""
+    lengths = attention_mask.sum(dim=1, keepdim=True)
+    columns = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return torch.equal(attention_mask.bool(), columns < lengths)
 
 
 def attention_kernel(input_ids: Tensor, recomputed: bool) -> AbstractContextManager:
