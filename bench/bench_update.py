@@ -1,4 +1,4 @@
-"""One GRPO update on mixed-length rollouts, four ways: what each change to the update buys.
+"""One GRPO update on mixed-length rollouts, five ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
                                  [--full] [--ways "+ scored head"] [--attn sdpa eager]
@@ -8,7 +8,7 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
-LoRA) updates on them four ways (``--ways``: a subset), each adding one change
+LoRA) updates on them five ways (``--ways``: a subset), each adding one change
 to the previous, interleaved in one process (``--attn``: each way once per
 attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
 flash kernel — against ``eager``):
@@ -19,7 +19,9 @@ flash kernel — against ``eager``):
 - ``+ one pass``: no separate old-log-prob pass — with one epoch the old
   log-probs are the detached current ones;
 - ``+ scored head``: the LM head, log-softmax and entropy only at the positions
-  that predict a policy token (``logprobs.scored_logits``): the update now.
+  that predict a policy token (``logprobs.scored_logits``): the default update;
+- ``+ compiled layers``: the decoder layers through ``torch.compile``
+  (``compile_update: true``; its one-off compile falls in the warm-up round).
 
 Reported per way: median update seconds, real tokens, token positions the
 forwards compute (padding included; the old pass counted), and 6·N·T GFLOP/s on
@@ -82,11 +84,13 @@ def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
                         for index in strategy(mask, trainer.config.micro_batch_size))
 
 
-WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions)
-    "before": ("batch order", True, False),
-    "+ by length": ("by length", True, False),
-    "+ one pass": ("by length", False, False),
-    "+ scored head": ("by length", False, True),
+WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions,
+    #               compiled decoder layers)
+    "before": ("batch order", True, False, False),
+    "+ by length": ("by length", True, False, False),
+    "+ one pass": ("by length", False, False, False),
+    "+ scored head": ("by length", False, True, False),
+    "+ compiled layers": ("by length", False, True, True),
 }
 
 
@@ -129,8 +133,9 @@ def main() -> None:
     tokens = 0.0
     heads = {True: logprobs.scored_logits, False: head_everywhere}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head, attn) in ways.items():
+        for name, (grouping, old_pass, scored_head, compiled, attn) in ways.items():
             loaded.model.set_attn_implementation(attn)
+            policy.compile_update = compiled
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]
             start = time.perf_counter()
@@ -142,7 +147,7 @@ def main() -> None:
     logprobs.scored_logits = heads[True]
     peak = matmul_peak_gflops("bfloat16")
     rows = {}
-    for name, (grouping, old_pass, _, _) in ways.items():
+    for name, (grouping, old_pass, *_) in ways.items():
         seconds = statistics.median(times[name])
         rows[name] = {"update_s": seconds, "real_tokens": tokens,
                       "forward_positions": computed_positions(

@@ -159,7 +159,7 @@ def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bo
 
     loaded = load_policy(model_spec, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=keep_reference,
-                             cpu_bf16=config.cpu_bf16)
+                             cpu_bf16=config.cpu_bf16, compile_update=config.compile_update)
     return policy, loaded.tokenizer
 
 

@@ -63,7 +63,8 @@ class GarRecipe(Recipe):
         seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
         loaded = load_policy(start_model, dtype="float32")
         names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
-        policies = d.shared_lora_policies(loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16)
+        policies = d.shared_lora_policies(loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16,
+                                          compile_update=c.compile_update)
         if c.discriminator_adapter is not None and "discriminator" in policies:
             policies["discriminator"].load_weights(c.discriminator_adapter)
         tokenizers = dict.fromkeys(names, loaded.tokenizer)

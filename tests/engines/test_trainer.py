@@ -383,3 +383,49 @@ def test_prepared_advantages_can_be_changed_before_learning(tiny_policy_dir):
     # policy token lowers it by exactly 1
     base = plain.update(_trajectories(), SCORES, GROUPS).metrics["pg_loss"]
     assert moved == pytest.approx(base - 1.0, abs=1e-5)
+
+
+def _lora_trainer(model_dir, **policy_options) -> LocalTrainer:
+    """A LoRA trainer whose adapter starts from seeded, non-zero weights (B too)."""
+    torch.manual_seed(0)
+    loaded = load_policy(str(model_dir))
+    policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=4), **policy_options)
+    for name, param in policy.model.named_parameters():
+        if "lora_B" in name:  # peft starts B at 0: make the adapter matter
+            torch.nn.init.normal_(param, std=0.05)
+    return LocalTrainer(policy, loaded.tokenizer, TrainConfig(**CONFIG))
+
+
+def test_a_compiled_update_takes_the_eager_step_and_compiles_the_update_alone(tiny_policy_dir):
+    from torch._dynamo.eval_frame import OptimizedModule
+    from torch._dynamo.utils import counters
+
+    from advrag.engines.local.policy import decoder_layers
+
+    eager = _lora_trainer(tiny_policy_dir)
+    compiled = _lora_trainer(tiny_policy_dir, compile_update=True)
+    inputs = eager.prepare(_trajectories(), SCORES, GROUPS)
+    graphs_before = counters["stats"]["unique_graphs"]
+    eager_grads, compiled_grads = _grads(eager, inputs), _grads(compiled, inputs)
+    assert counters["stats"]["unique_graphs"] > graphs_before  # inductor compiled the layers
+    assert eager_grads.keys() == compiled_grads.keys()
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4)
+    layers = decoder_layers(compiled.policy.model)
+    with compiled.policy.training():
+        assert all(isinstance(layer, OptimizedModule) for layer in layers)
+    assert not any(isinstance(layer, OptimizedModule) for layer in layers)  # eager outside
+    for trainer in (eager, compiled):
+        trainer.update(_trajectories(), SCORES, GROUPS)
+    torch.testing.assert_close(compiled.policy.logprobs(inputs.batch, micro_batch_size=4)[0],
+                               eager.policy.logprobs(inputs.batch, micro_batch_size=4)[0],
+                               atol=1e-5, rtol=0)
+
+
+def test_compile_update_refuses_a_model_without_a_layer_list_at_construction():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64))
+    with pytest.raises(ValueError, match="compile_update: false"):
+        TrainablePolicy(gpt2, compile_update=True)
+    TrainablePolicy(gpt2)  # eager updates need no layer list

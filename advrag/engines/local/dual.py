@@ -40,6 +40,7 @@ from advrag.engines.local.policy import (
     LoraSettings,
     TrainablePolicy,
     _native_cpu_bf16,
+    decoder_layers,
     lora_config,
 )
 from advrag.engines.local.tokenize import Batch
@@ -52,7 +53,7 @@ class AdapterPolicy(TrainablePolicy):
     """One named LoRA adapter of a shared peft model, seen as a ``TrainablePolicy``."""
 
     def __init__(self, peft_model: nn.Module, name: str, *, bf16: bool = True,
-                 cpu_bf16: bool = False):
+                 cpu_bf16: bool = False, compile_update: bool = False):
         """View adapter ``name`` of ``peft_model`` (built by ``shared_lora_policies``)."""
         if name not in peft_model.peft_config:
             raise ValueError(f"the model has no adapter {name!r}; it has {list(peft_model.peft_config)}")
@@ -62,6 +63,10 @@ class AdapterPolicy(TrainablePolicy):
         self._reference = None
         self.bf16 = bf16
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
+        self.compile_update = compile_update
+        self._compiled_layers = None
+        if compile_update:
+            decoder_layers(peft_model)  # fails now, not at the first update, if it cannot
 
     def activate(self) -> None:
         """Make this adapter the one the forward pass uses (and the one with gradients)."""
@@ -115,7 +120,8 @@ class AdapterPolicy(TrainablePolicy):
 
 
 def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequence[str] = AGENTS,
-                         cpu_bf16: bool = False) -> dict[str, AdapterPolicy]:
+                         cpu_bf16: bool = False, compile_update: bool = False
+                         ) -> dict[str, AdapterPolicy]:
     """One LoRA adapter per name on ``model`` (wrapped in place); a policy view for each."""
     from peft import get_peft_model
 
@@ -123,15 +129,17 @@ def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequenc
     for name in names[1:]:
         peft_model.add_adapter(name, lora_config(lora))
     peft_model.eval()
-    return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16) for name in names}
+    return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16,
+                                compile_update=compile_update) for name in names}
 
 
 def separate_policies(models: Mapping[str, nn.Module], lora: LoraSettings | None, *,
-                      keep_reference: bool = True, cpu_bf16: bool = False
-                      ) -> dict[str, TrainablePolicy]:
+                      keep_reference: bool = True, cpu_bf16: bool = False,
+                      compile_update: bool = False) -> dict[str, TrainablePolicy]:
     """An independent ``TrainablePolicy`` (full or LoRA) on each agent's own model."""
     return {
-        name: TrainablePolicy(model, lora=lora, keep_reference=keep_reference, cpu_bf16=cpu_bf16)
+        name: TrainablePolicy(model, lora=lora, keep_reference=keep_reference, cpu_bf16=cpu_bf16,
+                              compile_update=compile_update)
         for name, model in models.items()
     }
 

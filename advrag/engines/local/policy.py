@@ -19,6 +19,11 @@
   and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
   Trainable linear weights get one bf16 copy per update instead of a cast per
   micro-batch (``trainable_weights_in_bf16``, inside ``training()``).
+- Compiled update (``compile_update``): inside ``training()`` the decoder layers
+  run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
+  layer's norms, activations, rotary and residual arithmetic; every layer
+  shares one compiled graph. Only the update: log-prob passes without
+  gradients and generation stay eager, so they add no graphs to compile.
 """
 
 from __future__ import annotations
@@ -184,6 +189,29 @@ class Bf16Autocast(torch.autocast):
             self._stack.close()
 
 
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The list of transformer blocks of a transformers causal LM (peft-wrapped or not)."""
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(causal.get_decoder(), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"{type(causal).__name__} keeps no `layers` list in its decoder, so its "
+                         "update cannot be compiled layer by layer: set compile_update: false")
+    return layers
+
+
+@contextmanager
+def _layers_swapped(layers: nn.ModuleList, replacements: list[nn.Module]) -> Iterator[None]:
+    """``layers`` holding ``replacements`` for the body, their own modules again after."""
+    originals = list(layers)
+    for index, replacement in enumerate(replacements):
+        layers[index] = replacement
+    try:
+        yield
+    finally:
+        for index, original in enumerate(originals):
+            layers[index] = original
+
+
 class TrainablePolicy:
     """A causal LM to train with RL, plus the reference policy its KL term compares with."""
 
@@ -196,6 +224,7 @@ class TrainablePolicy:
         bf16: bool = True,
         cpu_bf16: bool = False,
         keep_reference: bool = True,
+        compile_update: bool = False,
     ):
         """Wrap ``model`` (moved to its device already).
 
@@ -206,6 +235,8 @@ class TrainablePolicy:
             cpu_bf16: also autocast on a CPU with native bf16 support.
             keep_reference: full fine-tuning only: keep a frozen copy for the KL
                 term (set False when ``kl_coef`` is 0 to save the memory).
+            compile_update: run the decoder layers through ``torch.compile``
+                inside ``training()`` (a one-off compile; faster updates after).
         """
         if gradient_checkpointing:
             _enable_activation_checkpointing(model)
@@ -217,6 +248,10 @@ class TrainablePolicy:
             self._reference = copy.deepcopy(model).requires_grad_(False).eval()
         self.bf16 = bf16
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
+        self.compile_update = compile_update
+        self._compiled_layers: list[nn.Module] | None = None
+        if compile_update:
+            decoder_layers(self.model)  # fails now, not at the first update, if it cannot
 
     @property
     def device(self) -> torch.device:
@@ -242,14 +277,23 @@ class TrainablePolicy:
 
         Under bf16 the trainable linear weights run from one bf16 copy for the
         whole body (``trainable_weights_in_bf16``): step the optimizer after it.
+        With ``compile_update`` the decoder layers run compiled in the body.
         """
         bf16_copies = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
+        compiled = self._layers_compiled() if self.compile_update else nullcontext()
         self.model.train()
         try:
-            with bf16_copies:
+            with bf16_copies, compiled:
                 yield
         finally:
             self.model.eval()
+
+    def _layers_compiled(self) -> AbstractContextManager:
+        """The decoder layers replaced by their compiled wrappers (made once, on first use)."""
+        layers = decoder_layers(self.model)
+        if self._compiled_layers is None:
+            self._compiled_layers = [torch.compile(layer, dynamic=True) for layer in layers]
+        return _layers_swapped(layers, self._compiled_layers)
 
     def logprobs(
         self, batch: Batch, *, micro_batch_size: int, with_entropy: bool = False
