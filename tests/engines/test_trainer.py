@@ -426,6 +426,19 @@ def test_compile_update_refuses_a_model_without_a_layer_list_at_construction():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64))
-    with pytest.raises(ValueError, match="compile_update: false"):
+    with pytest.raises(ValueError, match="no `layers` list.*compile_update: false"):
         TrainablePolicy(gpt2, compile_update=True)
     TrainablePolicy(gpt2)  # eager updates need no layer list
+
+
+def test_compile_update_on_a_cpu_without_a_cxx_compiler_fails_at_construction(
+        tiny_policy_dir, monkeypatch):
+    from advrag.engines.local.dual import shared_lora_policies
+
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    loaded = load_policy(str(tiny_policy_dir))
+    with pytest.raises(ValueError, match="`no-such-compiler-here` is not on PATH.*apt-get install g"):
+        TrainablePolicy(loaded.model, lora=LoraSettings(r=4), compile_update=True)
+    with pytest.raises(ValueError, match="C\\+\\+ compiler"):
+        shared_lora_policies(loaded.model, LoraSettings(r=4), compile_update=True)
+    assert not any("lora_" in name for name, _ in loaded.model.named_modules())  # left as it was

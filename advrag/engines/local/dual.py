@@ -40,7 +40,7 @@ from advrag.engines.local.policy import (
     LoraSettings,
     TrainablePolicy,
     _native_cpu_bf16,
-    decoder_layers,
+    check_compilable,
     lora_config,
 )
 from advrag.engines.local.tokenize import Batch
@@ -65,8 +65,6 @@ class AdapterPolicy(TrainablePolicy):
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
         self.compile_update = compile_update
         self._compiled_layers = None
-        if compile_update:
-            decoder_layers(peft_model)  # fails now, not at the first update, if it cannot
 
     def activate(self) -> None:
         """Make this adapter the one the forward pass uses (and the one with gradients)."""
@@ -124,6 +122,9 @@ def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequenc
                          ) -> dict[str, AdapterPolicy]:
     """One LoRA adapter per name on ``model`` (wrapped in place); a policy view for each."""
     from peft import get_peft_model
+
+    if compile_update:
+        check_compilable(model)  # fails now, before the model is wrapped
 
     peft_model = get_peft_model(model, lora_config(lora), adapter_name=names[0])
     for name in names[1:]:

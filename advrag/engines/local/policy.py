@@ -29,6 +29,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -199,6 +201,17 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
+def check_compilable(model: nn.Module) -> None:
+    """Raise a ValueError naming the fix if ``compile_update`` cannot work for ``model``:
+    a decoder without a layer list, or (on a CPU) no C++ compiler for inductor."""
+    decoder_layers(model)
+    compiler = os.environ.get("CXX", "g++")
+    if next(model.parameters()).device.type == "cpu" and shutil.which(compiler) is None:
+        raise ValueError(f"compile_update on a CPU needs a C++ compiler for torch.compile, and "
+                         f"`{compiler}` is not on PATH: install one (Debian: apt-get install g++) "
+                         "or set compile_update: false")
+
+
 @contextmanager
 def _layers_swapped(layers: nn.ModuleList, replacements: list[nn.Module]) -> Iterator[None]:
     """``layers`` holding ``replacements`` for the body, their own modules again after."""
@@ -238,6 +251,8 @@ class TrainablePolicy:
             compile_update: run the decoder layers through ``torch.compile``
                 inside ``training()`` (a one-off compile; faster updates after).
         """
+        if compile_update:
+            check_compilable(model)  # fails now, before any change, not at the first update
         if gradient_checkpointing:
             _enable_activation_checkpointing(model)
         self.is_lora = lora is not None
@@ -250,8 +265,6 @@ class TrainablePolicy:
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
         self.compile_update = compile_update
         self._compiled_layers: list[nn.Module] | None = None
-        if compile_update:
-            decoder_layers(self.model)  # fails now, not at the first update, if it cannot
 
     @property
     def device(self) -> torch.device:
