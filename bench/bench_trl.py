@@ -3,7 +3,7 @@
     python bench/bench_trl.py [--prompts 4] [--group 4] [--max-new-tokens 32] [--steps 3]
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
                               [--rollout-backend hf|hf-fp16|vllm] [--device cpu|cuda|auto]
-                              [--model smollm2|DIR] [--random-weights]
+                              [--model smollm2|DIR] [--random-weights] [--compile-update]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
@@ -30,7 +30,9 @@ clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing)
   0), GRPO advantages, PPO-clip loss with gradient accumulation over
   length-grouped micro-batches (one epoch: no separate old-log-prob pass, the
   entropy read from the same forward; the LM head only at completion
-  positions), clip, fused AdamW.
+  positions), clip, fused AdamW. ``--compile-update``: our update's decoder
+  layers run through ``torch.compile`` (``compile_update: true``; the compile
+  falls in the untimed warm-up steps); TRL's stay eager.
 - TRL: ``GRPOTrainer`` with ``num_iterations=1`` on transformers ``generate``:
   one batched generation, reward, reference log-probs (only when beta > 0),
   then the loss on micro-batches. With one iteration it skips the old log-prob
@@ -98,7 +100,8 @@ class OurSide:
         self.source, self.tokenizer = loaded.source, loaded.tokenizer
         lora = LoraSettings(r=LORA_R, alpha=LORA_ALPHA) if mode == "lora" else None
         policy = TrainablePolicy(
-            loaded.model, lora=lora, keep_reference=args.kl > 0, bf16=bf16, cpu_bf16=bf16
+            loaded.model, lora=lora, keep_reference=args.kl > 0, bf16=bf16, cpu_bf16=bf16,
+            compile_update=args.compile_update,
         )
         config = TrainConfig(
             lr=args.lr, weight_decay=0.0, grad_clip=1.0, micro_batch_size=args.micro_batch,
@@ -397,8 +400,9 @@ def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
     for flag in ("prompts", "group", "max_new_tokens", "max_prompt_len", "micro_batch",
                  "steps", "warmup", "lr", "kl", "seed", "rollout_backend", "model", "device"):
         cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    return cmd + (["--variant-bf16"] if bf16 else []) + (
-        ["--random-weights"] if args.random_weights else [])
+    switches = [("--variant-bf16", bf16), ("--random-weights", args.random_weights),
+                ("--compile-update", args.compile_update)]
+    return cmd + [switch for switch, on in switches if on]
 
 
 def versions() -> dict[str, str]:
@@ -460,6 +464,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--random-weights", action="store_true",
                         help="freshly initialised weights at --model's shapes (config and "
                         "tokenizer only): same work per step, where the weights cannot travel")
+    parser.add_argument("--compile-update", action="store_true",
+                        help="our update's decoder layers through torch.compile (TRL's eager)")
     parser.add_argument("--device", default="cpu",
                         help="'cpu', 'cuda' or 'auto' (advrag.common.device.pick_device)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")
