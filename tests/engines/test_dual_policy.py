@@ -274,3 +274,45 @@ def test_dual_trainer_reports_agents_out_of_step(tiny_policy_dir):
     dual["verifier"].step = 1
     with pytest.raises(RuntimeError, match="different steps"):
         _ = dual.step
+
+
+def _adapter_gradients(model_dir, *, compiled: bool) -> dict[str, dict[str, torch.Tensor]]:
+    """Each agent's adapter gradients of one summed log-prob, on seeded non-zero adapters."""
+    from advrag.agents.types import Trajectory
+
+    loaded = load_policy(str(model_dir))
+    policies = shared_lora_policies(loaded.model, LoraSettings(r=4), compile_update=compiled)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for policy in policies.values():
+            for param in policy.trainable_parameters():
+                param.normal_(0, 0.5)
+    trajectories = []
+    for text in ("Who founded Zorvath? <answer> Ada Lind </answer>", "The river <search> x"):
+        trajectory = Trajectory()
+        trajectory.add(text[:8], "prompt")
+        trajectory.add(text[8:], "policy")
+        trajectories.append(trajectory)
+    batch = encode_trajectories(trajectories, loaded.tokenizer, max_len=64)
+    grads = {}
+    for name, policy in policies.items():
+        with policy.training():
+            logprobs, _ = policy.logprobs_with_grad(batch)
+            logprobs.sum().backward()
+        grads[name] = {n: p.grad.clone() for n, p in policy.model.named_parameters()
+                       if f".{name}." in n}
+    return grads
+
+
+def test_compiled_updates_follow_the_active_adapter(tiny_policy_dir):
+    """Shared adapters under compile_update: each agent's compiled backward gives the eager
+    gradients of its own adapter (the compiled layers must not keep the other's)."""
+    eager = _adapter_gradients(tiny_policy_dir, compiled=False)
+    compiled = _adapter_gradients(tiny_policy_dir, compiled=True)
+    for agent in ("reasoner", "verifier"):
+        assert eager[agent] and eager[agent].keys() == compiled[agent].keys()
+        for name, grad in eager[agent].items():
+            torch.testing.assert_close(compiled[agent][name], grad, atol=1e-4, rtol=1e-3)
+    some = next(iter(eager["reasoner"]))
+    assert not torch.equal(eager["reasoner"][some],
+                           eager["verifier"][some.replace(".reasoner.", ".verifier.")])
