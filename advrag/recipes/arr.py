@@ -71,7 +71,8 @@ class ArrRecipe(Recipe):
             loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
             policies = d.separate_policies(
                 {name: p.model for name, p in loaded.items()}, c.lora, cpu_bf16=c.cpu_bf16,
-                compile_update=c.compile_update, keep_reference=any(x.kl_coef > 0 for x in configs.values()))
+                compile_update=c.compile_update,
+                keep_reference=any(x.kl_coef > 0 for x in configs.values()))
         tokenizers = {name: p.tokenizer for name, p in loaded.items()}
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)
         dirs = {"reasoner": start_model, "verifier": start_model if c.policies == "shared_lora"
