@@ -203,7 +203,8 @@ class RLRunConfig(Strict):
     """Settings every RL training flow shares (the local engine on the offline world).
 
     ``RUN_CONTROL`` names the fields a resumed run may change (how long and where it
-    runs, what it is logged and registered as); every other field must match the
+    runs, on which rollout engine, whether its update runs compiled, what it is logged
+    and registered as); every other field must match the
     checkpoint's (``config_hash`` without them).
     """
 
@@ -211,7 +212,7 @@ class RLRunConfig(Strict):
         "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
         "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
         "world_dir", "index_dir", "rollout_backend", "registered_discriminator",
-        "benchmark_base"})
+        "benchmark_base", "compile_update"})
 
     lora: LoraSettings | None = Field(
         default_factory=lambda: LoraSettings(r=16, alpha=32),

@@ -212,3 +212,14 @@ def test_extends_errors_name_the_file_and_the_fix(tmp_path):
     (tmp_path / "list.yaml").write_text("extends: [a.yaml, b.yaml]\n")
     with pytest.raises(ValueError, match="takes one file path"):
         load_config(tmp_path / "list.yaml", BenchmarkConfig)
+
+
+def test_a_resumed_run_may_compile_its_update_but_not_change_its_sampling():
+    from advrag.config.base import config_hash
+
+    def settings(config) -> str:  # what a checkpoint and the run resuming it must share
+        return config_hash(config, exclude=config.RUN_CONTROL)
+
+    base = TrainFlowConfig()
+    assert settings(base.model_copy(update={"compile_update": True})) == settings(base)
+    assert settings(base.model_copy(update={"temperature": 0.7})) != settings(base)
