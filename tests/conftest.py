@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -39,6 +40,16 @@ def prefect_servers_stopped_before_exit():
 
 SMALL_WORLD = dict(seed=1, n_countries=3, n_cities=8, n_people=16, n_organisations=6,
                    n_rivers=3, n_mountains=3, n_train=12, n_dev=6, n_test=8)
+
+
+@pytest.fixture(scope="session")
+def cxx_compiler() -> str:
+    """The C++ compiler torch.compile builds CPU kernels with (``CXX``, else g++ — installed
+    from Debian's packages when missing)."""
+    from system_packages import apt_install
+
+    compiler = os.environ.get("CXX", "g++")
+    return shutil.which(compiler) or apt_install("g++", lambda: shutil.which(compiler))
 
 
 @pytest.fixture(scope="session")

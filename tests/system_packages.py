@@ -1,4 +1,4 @@
-"""Debian packages the tests install themselves (PostgreSQL, Chromium), or skip with the reason."""
+"""Debian packages the tests install themselves (PostgreSQL, Chromium, g++), or skip saying why."""
 
 from __future__ import annotations
 

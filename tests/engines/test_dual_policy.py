@@ -304,7 +304,7 @@ def _adapter_gradients(model_dir, *, compiled: bool) -> dict[str, dict[str, torc
     return grads
 
 
-def test_compiled_updates_follow_the_active_adapter(tiny_policy_dir):
+def test_compiled_updates_follow_the_active_adapter(tiny_policy_dir, cxx_compiler):
     """Shared adapters under compile_update: each agent's compiled backward gives the eager
     gradients of its own adapter (the compiled layers must not keep the other's)."""
     eager = _adapter_gradients(tiny_policy_dir, compiled=False)

@@ -396,7 +396,8 @@ def _lora_trainer(model_dir, **policy_options) -> LocalTrainer:
     return LocalTrainer(policy, loaded.tokenizer, TrainConfig(**CONFIG))
 
 
-def test_a_compiled_update_takes_the_eager_step_and_compiles_the_update_alone(tiny_policy_dir):
+def test_a_compiled_update_takes_the_eager_step_and_compiles_the_update_alone(
+        tiny_policy_dir, cxx_compiler):
     from torch._dynamo.eval_frame import OptimizedModule
     from torch._dynamo.utils import counters
 
