@@ -22,8 +22,9 @@
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
   run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
   layer's norms, activations, rotary and residual arithmetic; every layer
-  shares one compiled graph. Only the update: log-prob passes without
-  gradients and generation stay eager, so they add no graphs to compile.
+  shares one compiled graph. Only updates (RL, and SFT through the same
+  ``training()``): log-prob passes without gradients and generation stay
+  eager, so they add no graphs to compile.
 """
 
 from __future__ import annotations
