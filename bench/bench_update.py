@@ -1,14 +1,14 @@
 """One GRPO update on mixed-length rollouts, five ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
-                                 [--full] [--ways "+ scored head"] [--attn sdpa eager]
+                                 [--full] [--fp32] [--ways "+ scored head"] [--attn sdpa eager]
 
 Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 0–2 rounds of 64 policy tokens + ~400 tokens of retrieved passages, then a
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
-LoRA) updates on them five ways (``--ways``: a subset), each adding one change
+LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them five ways (``--ways``: a subset), each adding one change
 to the previous, interleaved in one process (``--attn``: each way once per
 attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
 flash kernel — against ``eager``):
@@ -25,7 +25,8 @@ flash kernel — against ``eager``):
 
 Reported per way: median update seconds, real tokens, token positions the
 forwards compute (padding included; the old pass counted), and 6·N·T GFLOP/s on
-the real tokens against the bf16 matmul peak measured in the same run.
+the real tokens against the matmul peak of the update's precision (bf16, or fp32
+where the CPU lacks bf16 or with ``--fp32``) measured in the same run.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="full fine-tuning, not LoRA")
+    parser.add_argument("--fp32", action="store_true", help="fp32 even where the CPU has bf16")
     parser.add_argument("--ways", nargs="+", choices=list(WAYS), default=list(WAYS))
     parser.add_argument("--attn", nargs="+", choices=["sdpa", "eager"], default=["sdpa"])
     parser.add_argument("--out", type=Path, default=Path("bench/results/update.json"))
@@ -122,7 +124,8 @@ def main() -> None:
     loaded = load_policy("smollm2")
     n_params = sum(p.numel() for p in loaded.model.parameters())
     lora = None if args.full else LoraSettings(r=16, alpha=32)
-    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=False, cpu_bf16=True)
+    policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=False,
+                             cpu_bf16=not args.fp32)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
         lr=1e-5, kl_coef=0.0, micro_batch_size=args.micro_batch, max_seq_len=2048, group_size=4))
     trajectories = rollouts(loaded.tokenizer, args.batch)
@@ -145,7 +148,8 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
     logprobs.micro_batches = trainer_module.micro_batches = strategies["by length"]
     logprobs.scored_logits = heads[True]
-    peak = matmul_peak_gflops("bfloat16")
+    precision = "bf16" if policy.cpu_bf16 else "fp32"  # the peak of what the update computes in
+    peak = matmul_peak_gflops({"bf16": "bfloat16", "fp32": "float32"}[precision])
     rows = {}
     for name, (grouping, old_pass, *_) in ways.items():
         seconds = statistics.median(times[name])
@@ -153,12 +157,12 @@ def main() -> None:
                       "forward_positions": computed_positions(
                           trainer, trajectories, strategies[grouping], 1 + old_pass),
                       "gflops_6NT": 6 * n_params * tokens / seconds / 1e9,
-                      "share_of_bf16_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
+                      f"share_of_{precision}_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
     names = list(ways)
     write_report(args.out, {
         "bench": "bench/bench_update.py", "batch": args.batch, "micro_batch": args.micro_batch,
         "training": "full" if args.full else "LoRA r=16",
-        "bf16_cpu": policy.cpu_bf16, "bf16_matmul_peak_gflops": peak, "rows": rows,
+        "bf16_cpu": policy.cpu_bf16, f"{precision}_matmul_peak_gflops": peak, "rows": rows,
         "speedup_each": {now: rows[was]["update_s"] / rows[now]["update_s"]
                          for was, now in zip(names, names[1:])},
         "speedup_total": rows[names[0]]["update_s"] / rows[names[-1]]["update_s"],
