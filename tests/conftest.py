@@ -48,7 +48,9 @@ def cxx_compiler() -> str:
     from Debian's packages when missing)."""
     from system_packages import apt_install
 
-    compiler = os.environ.get("CXX", "g++")
+    from advrag.engines.local.policy import cxx_compiler_name
+
+    compiler = cxx_compiler_name()
     return shutil.which(compiler) or apt_install("g++", lambda: shutil.which(compiler))
 
 

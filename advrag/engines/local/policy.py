@@ -202,11 +202,16 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
+def cxx_compiler_name() -> str:
+    """The C++ compiler torch.compile builds CPU kernels with: ``CXX``, else g++."""
+    return os.environ.get("CXX", "g++")
+
+
 def check_compilable(model: nn.Module) -> None:
     """Raise a ValueError naming the fix if ``compile_update`` cannot work for ``model``:
     a decoder without a layer list, or (on a CPU) no C++ compiler for inductor."""
     decoder_layers(model)
-    compiler = os.environ.get("CXX", "g++")
+    compiler = cxx_compiler_name()
     if next(model.parameters()).device.type == "cpu" and shutil.which(compiler) is None:
         raise ValueError(f"compile_update on a CPU needs a C++ compiler for torch.compile, and "
                          f"`{compiler}` is not on PATH: install one (Debian: apt-get install g++) "
