@@ -219,10 +219,12 @@ class RLRunConfig(Strict):
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
-    compile_update: bool = Field(
-        False, description="Run the update's decoder layers through torch.compile (needs a C++ "
+    compile_update: bool | Literal["auto"] = Field(
+        "auto", description="Run the update's decoder layers through torch.compile (needs a C++ "
         "compiler on a CPU): a one-off compile of about half a minute (seconds once inductor's "
-        "cache holds it), then faster updates; worth it for runs of more than a few steps.",
+        "cache holds it), then faster updates. 'auto' = on a CPU with a C++ compiler, for runs "
+        "that train at least 160 sequences (updates × sequences per update; the warm-up counts "
+        "its own), else off.",
     )
     max_train_minutes: float | None = Field(
         None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "

@@ -17,7 +17,7 @@ from pathlib import Path
 from advrag.agents.types import Trajectory
 from advrag.config import AdversarialRLConfig, TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe
+from advrag.recipes.base import Recipe, update_compiled
 from advrag.retrieval.base import Retriever
 
 
@@ -63,15 +63,17 @@ class ArrRecipe(Recipe):
         seed_everything(configs["reasoner"].seed)  # adapter initialisation draws random numbers
         loaded = {"reasoner": load_policy(start_model, dtype="float32")}
         if c.policies == "shared_lora":
+            compiled = update_compiled(c, [loaded["reasoner"].model], self.trained_sequences())
             policies = d.shared_lora_policies(loaded["reasoner"].model, c.lora,
-                                              cpu_bf16=c.cpu_bf16,
-                                              compile_update=c.compile_update)
+                                              cpu_bf16=c.cpu_bf16, compile_update=compiled)
             loaded["verifier"] = loaded["reasoner"]
         else:
             loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
+            compiled = update_compiled(c, [p.model for p in loaded.values()],
+                                       self.trained_sequences())
             policies = d.separate_policies(
                 {name: p.model for name, p in loaded.items()}, c.lora, cpu_bf16=c.cpu_bf16,
-                compile_update=c.compile_update,
+                compile_update=compiled,
                 keep_reference=any(x.kl_coef > 0 for x in configs.values()))
         tokenizers = {name: p.tokenizer for name, p in loaded.items()}
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)

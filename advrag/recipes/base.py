@@ -71,6 +71,12 @@ class Recipe(ABC):
         """Artifact file name → matplotlib figure of the run (none by default)."""
         return {}
 
+    def trained_sequences(self) -> int:
+        """Sequences the RL updates train in all (steps × questions × group): what
+        ``compile_update: auto`` weighs against the one-off compile."""
+        c = self.config
+        return c.steps * c.questions_per_step * c.optim.group_size
+
     def benchmark_models(self, start_model: str, model_dirs: dict[str, Path]) -> dict[str, dict]:
         """Stage → benchmark settings of the untrained, warmed-up and trained models."""
         trained = str(model_dirs[self.agents[0]])
@@ -106,7 +112,9 @@ class Recipe(ABC):
         if reuse_warmup(out, settings):
             return out, []
         seed_everything(self.config.warmup.sft.seed)  # the adapter's initialisation draws random numbers
-        policy, tokenizer = trainable_policy(self.config.model, self.config, keep_reference=False)
+        policy, tokenizer = trainable_policy(
+            self.config.model, self.config, keep_reference=False,
+            sequences=self.config.warmup.demonstrations * self.config.warmup.sft.epochs)
         demos = self.demonstrations(records, retriever,
                                     HFGenerator(policy.model, tokenizer).chat_prompt)
         history = supervised_finetune(policy, tokenizer, demos, self.config.warmup.sft)
@@ -152,15 +160,31 @@ class Recipe(ABC):
         return "checkpoint" if len(self.agents) == 1 else f"model/{agent}"
 
 
-def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bool):
-    """The model of ``model_spec`` as a ``TrainablePolicy`` (LoRA or full), and its tokenizer."""
+def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bool,
+                     sequences: int):
+    """The model of ``model_spec`` as a ``TrainablePolicy`` (LoRA or full), and its tokenizer;
+    ``sequences``: how many it will train on (for ``compile_update: auto``)."""
     from advrag.engines.local.policy import TrainablePolicy
     from advrag.models.loading import load_policy
 
     loaded = load_policy(model_spec, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=keep_reference,
-                             cpu_bf16=config.cpu_bf16, compile_update=config.compile_update)
+                             cpu_bf16=config.cpu_bf16,
+                             compile_update=update_compiled(config, [loaded.model], sequences))
     return policy, loaded.tokenizer
+
+
+def update_compiled(config: RLRunConfig, models: Sequence, sequences: int) -> bool:
+    """``config.compile_update`` resolved for every one of ``models`` and a run of
+    ``sequences`` trained sequences (``compile_for_run``); what ``auto`` chose is printed."""
+    from advrag.engines.local.policy import AUTO_COMPILE_MIN_SEQUENCES, compile_for_run
+
+    compiled = all(compile_for_run(config.compile_update, m, sequences) for m in models)
+    if config.compile_update == "auto":
+        print(f"compile_update auto: the update runs {'compiled' if compiled else 'eager'} "
+              f"({sequences} sequences to train; auto compiles from {AUTO_COMPILE_MIN_SEQUENCES} "
+              "on a CPU with a C++ compiler)")
+    return compiled
 
 
 def reuse_warmup(out: Path, settings: dict[str, Any]) -> bool:

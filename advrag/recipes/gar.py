@@ -19,7 +19,7 @@ from functools import partial
 from advrag.agents.types import Trajectory
 from advrag.config import GARConfig, TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe
+from advrag.recipes.base import Recipe, update_compiled
 from advrag.retrieval.base import Retriever
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
@@ -63,8 +63,9 @@ class GarRecipe(Recipe):
         seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
         loaded = load_policy(start_model, dtype="float32")
         names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
-        policies = d.shared_lora_policies(loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16,
-                                          compile_update=c.compile_update)
+        policies = d.shared_lora_policies(
+            loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16,
+            compile_update=update_compiled(c, [loaded.model], self.trained_sequences()))
         if c.discriminator_adapter is not None and "discriminator" in policies:
             policies["discriminator"].load_weights(c.discriminator_adapter)
         tokenizers = dict.fromkeys(names, loaded.tokenizer)

@@ -443,3 +443,20 @@ def test_compile_update_on_a_cpu_without_a_cxx_compiler_fails_at_construction(
     with pytest.raises(ValueError, match="C\\+\\+ compiler"):
         shared_lora_policies(loaded.model, LoraSettings(r=4), compile_update=True)
     assert not any("lora_" in name for name, _ in loaded.model.named_modules())  # left as it was
+
+
+def test_compile_update_auto_compiles_long_cpu_runs_only(tiny_policy_dir, cxx_compiler,
+                                                         monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from advrag.engines.local.policy import AUTO_COMPILE_MIN_SEQUENCES, compile_for_run
+
+    model = load_policy(str(tiny_policy_dir)).model
+    enough = AUTO_COMPILE_MIN_SEQUENCES
+    assert compile_for_run("auto", model, enough)
+    assert not compile_for_run("auto", model, enough - 1)  # too short to pay for the compile
+    assert compile_for_run(True, model, 1) and not compile_for_run(False, model, 10 * enough)
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64))
+    assert not compile_for_run("auto", gpt2, enough)  # no layer list: eager, no error
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert not compile_for_run("auto", model, enough)  # no C++ compiler: eager, no error

@@ -223,3 +223,11 @@ def test_a_resumed_run_may_compile_its_update_but_not_change_its_sampling():
     base = TrainFlowConfig()
     assert settings(base.model_copy(update={"compile_update": True})) == settings(base)
     assert settings(base.model_copy(update={"temperature": 0.7})) != settings(base)
+
+
+def test_compile_update_is_auto_by_default_and_takes_only_auto_or_a_bool(tmp_path):
+    assert TrainFlowConfig().compile_update == "auto"
+    assert TrainFlowConfig(compile_update=True).compile_update is True
+    (tmp_path / "typo.yaml").write_text("compile_update: atuo\n")
+    with pytest.raises(ValueError, match="compile_update"):
+        load_config(tmp_path / "typo.yaml", TrainFlowConfig)

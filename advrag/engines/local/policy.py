@@ -24,7 +24,8 @@
   layer's norms, activations, rotary and residual arithmetic; every layer
   shares one compiled graph. Only updates (RL, and SFT through the same
   ``training()``): log-prob passes without gradients and generation stay
-  eager, so they add no graphs to compile.
+  eager, so they add no graphs to compile. ``compile_for_run`` resolves the
+  setting ``"auto"`` (compile long CPU runs where a C++ compiler is found).
 """
 
 from __future__ import annotations
@@ -216,6 +217,31 @@ def check_compilable(model: nn.Module) -> None:
         raise ValueError(f"compile_update on a CPU needs a C++ compiler for torch.compile, and "
                          f"`{compiler}` is not on PATH: install one (Debian: apt-get install g++) "
                          "or set compile_update: false")
+
+
+# compile_update: auto compiles a run that trains at least this many sequences. The one-off
+# compile (~30 s with an empty inductor cache) is what ~55 sequences of ~650 tokens save (0.52 s
+# each with LoRA, 0.91 s in full: `bench/bench_update.py`, AMX CPU); auto waits for three times that.
+AUTO_COMPILE_MIN_SEQUENCES = 160
+
+
+def compile_for_run(setting: bool | str, model: nn.Module, sequences: int) -> bool:
+    """Whether updates of ``model`` run compiled under the ``compile_update`` setting.
+
+    ``True``/``False`` are taken as given (``True`` is checked by ``check_compilable``).
+    ``"auto"`` compiles on a CPU with a C++ compiler, for a decoder with a layer list, when
+    the run trains at least ``AUTO_COMPILE_MIN_SEQUENCES`` sequences (updates × sequences
+    per update); otherwise, and on GPUs (not measured there), the update stays eager.
+    """
+    if setting != "auto":
+        return bool(setting)
+    if sequences < AUTO_COMPILE_MIN_SEQUENCES or next(model.parameters()).device.type != "cpu":
+        return False
+    try:
+        check_compilable(model)
+    except ValueError:
+        return False
+    return True
 
 
 @contextmanager
