@@ -71,6 +71,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
 	$(PY) bench/bench_train.py --cpu-bf16
 	$(PY) bench/bench_update.py
+	$(PY) bench/bench_compile_payback.py
 	$(PY) bench/bench_omp_wait.py --repeats 2
 	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_optimizer.py

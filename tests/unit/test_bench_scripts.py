@@ -44,3 +44,17 @@ def test_a_report_names_the_cpu_by_its_first_processor(tmp_path, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert cpu_description(cpuinfo) == "Chip A (2 cores; avx2, amx_bf16)"
     assert cpu_description(tmp_path / "absent") == "unknown CPU (2 cores; no AVX2)"
+
+
+def test_compile_payback_from_hand_timings(monkeypatch):
+    """Cost = first compiled update − first eager one; saving = difference of the later
+    updates' medians over the batch; break-even = cost / saving."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_compile_payback import payback
+
+    result = payback([20.0, 16.0, 18.0, 17.0], [52.0, 12.0, 13.0, 12.0], batch_size=8)
+    assert result["compile_cost_s"] == 32.0
+    assert result["saving_per_sequence_s"] == 5 / 8
+    assert result["break_even_sequences"] == 32.0 / (5 / 8)
+    assert result["speedup_after_compile"] == 17 / 12
+    assert payback([10.0, 10.0], [40.0, 11.0], batch_size=8)["break_even_sequences"] is None
