@@ -1,7 +1,7 @@
 """How a GRPO step's time and memory grow with group size, turns, batch and length (issue 11, target 5).
 
     python bench/bench_cost_growth.py [--backend vllm|hf] [--model DIR] [--steps 1]
-                                      [--only group_size=8 ...]
+                                      [--compile-update] [--only group_size=8 ...]
 
 One factor at a time around the base setting (group 4, 2 turns, 16 trajectories,
 64 new tokens per call): group size 2/4/8, turns 1/2/4, trajectories per step
@@ -10,7 +10,8 @@ subprocess (its peak RSS is the setting's): SmolLM2-135M + LoRA r=16 as the
 train flow builds it (``--model``: a warmed-up checkpoint, so rollouts search
 and contexts grow as in training), bf16 sampling on ``--backend``, then one
 untimed warm-up step and ``--steps`` timed GRPO steps (rollout → F1 reward →
-LoRA update → weight push). Reported per setting: step seconds (median) split
+LoRA update → weight push; ``--compile-update``: the update's decoder layers compiled, the
+compile falling in the untimed step). Reported per setting: step seconds (median) split
 into rollout / update, trajectory tokens the update processed, searches per
 trajectory, peak RSS. Results: ``bench/results/cost_growth.json``.
 """
@@ -57,7 +58,8 @@ def run_setting(setting: dict, args) -> dict:
     from advrag.retrieval.retriever import load_retriever
 
     loaded = load_policy(args.model, dtype="float32")
-    policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32), cpu_bf16=True)
+    policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32), cpu_bf16=True,
+                             compile_update=args.compile_update)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
         lr=5e-5, group_size=setting["group_size"], micro_batch_size=4, max_seq_len=2048,
         kl_coef=0.0))
@@ -98,7 +100,8 @@ def run_setting(setting: dict, args) -> dict:
 def child_command(setting: dict, args) -> list[str]:
     """This script for one setting."""
     return [sys.executable, __file__, "--setting", json.dumps(setting), "--backend", args.backend,
-            "--model", args.model, "--steps", str(args.steps), "--index", str(args.index)]
+            "--model", args.model, "--steps", str(args.steps), "--index", str(args.index),
+            *(["--compile-update"] if args.compile_update else [])]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -116,6 +119,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["hf", "vllm"], default="vllm")
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--compile-update", action="store_true",
+                        help="Compile the update's decoder layers (compile_update: true).")
     parser.add_argument("--only", nargs="*", default=[], help="factor=value settings to run")
     parser.add_argument("--setting", help="internal: run one setting (JSON)")
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
@@ -132,7 +137,8 @@ def main() -> None:
                     | {"load_average_1m_after": os.getloadavg()[0]})
         print(f"{setting}: {rows[-1]['median_step_s']:.1f} s", flush=True)
     write_report(args.out, {"bench": "bench/bench_cost_growth.py", "backend": args.backend,
-                            "model": args.model, "steps": args.steps, "rows": rows})
+                            "model": args.model, "steps": args.steps,
+                            "compile_update": args.compile_update, "rows": rows})
     print_table(rows)
 
 

@@ -69,7 +69,8 @@ def main() -> None:
     config = load_config(args.config, TrainFlowConfig)
     if args.model:
         config = config.model_copy(update={"model": args.model})
-    policy, tokenizer = trainable_policy(config.model, config, keep_reference=False, sequences=0)
+    policy, tokenizer = trainable_policy(config.model, config, keep_reference=False,
+                                         sequences=0, rollouts=False)
     retriever = load_retriever(config.index_dir)
     train = load_qa(config.world_dir / "train.jsonl")
     questions = [r.question for r in train[: args.questions] for _ in range(args.k)]

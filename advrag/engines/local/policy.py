@@ -219,23 +219,28 @@ def check_compilable(model: nn.Module) -> None:
                          "or set compile_update: false")
 
 
-# compile_update: auto compiles a run that trains at least this many sequences. The one-off
-# compile (~30 s with an empty inductor cache) is what ~55 sequences of ~650 tokens save (0.52 s
-# each with LoRA, 0.91 s in full: `bench/bench_update.py`, AMX CPU); auto waits for three times that.
+# compile_update: auto compiles a run that trains at least this many sequences, about three times
+# the break-even of `bench/bench_compile_payback.py` on an AMX CPU (a 35 s compile with an empty
+# inductor cache against 0.69 s saved a sequence: 51 sequences; `bench_update.py`: 0.52–0.91 s).
 AUTO_COMPILE_MIN_SEQUENCES = 160
 
 
-def compile_for_run(setting: bool | str, model: nn.Module, sequences: int) -> bool:
+def compile_for_run(setting: bool | str, model: nn.Module, sequences: int, *,
+                    beside_vllm: bool) -> bool:
     """Whether updates of ``model`` run compiled under the ``compile_update`` setting.
 
     ``True``/``False`` are taken as given (``True`` is checked by ``check_compilable``).
     ``"auto"`` compiles on a CPU with a C++ compiler, for a decoder with a layer list, when
     the run trains at least ``AUTO_COMPILE_MIN_SEQUENCES`` sequences (updates × sequences
-    per update); otherwise, and on GPUs (not measured there), the update stays eager.
+    per update) and no vLLM engine shares the process (``beside_vllm``: vLLM patches
+    inductor when imported, and a compiled update beside its engine ran 2.5x slower than
+    eager: `bench/bench_cost_growth.py`, README "How fast"); otherwise, and on GPUs (not
+    measured there), the update stays eager.
     """
     if setting != "auto":
         return bool(setting)
-    if sequences < AUTO_COMPILE_MIN_SEQUENCES or next(model.parameters()).device.type != "cpu":
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if sequences < AUTO_COMPILE_MIN_SEQUENCES or not on_cpu or beside_vllm:
         return False
     try:
         check_compilable(model)
