@@ -51,7 +51,7 @@ def test_gar_gives_both_agents_the_choice_and_an_explicit_false_stays_quiet(
 
 def test_auto_stays_eager_beside_vllm(tiny_policy_dir, cxx_compiler, capsys, no_vllm_loaded,
                                       monkeypatch):
-    """vLLM rollouts, or vLLM already imported (it patches inductor), keep the update eager;
+    """vLLM rollouts, or vLLM already loaded (an engine may have run here), keep it eager;
     a warm-up (no rollouts) of a run whose rollouts will use vLLM still compiles."""
     model = load_policy(str(tiny_policy_dir)).model
     sequences = AUTO_COMPILE_MIN_SEQUENCES

@@ -232,10 +232,9 @@ def compile_for_run(setting: bool | str, model: nn.Module, sequences: int, *,
     ``True``/``False`` are taken as given (``True`` is checked by ``check_compilable``).
     ``"auto"`` compiles on a CPU with a C++ compiler, for a decoder with a layer list, when
     the run trains at least ``AUTO_COMPILE_MIN_SEQUENCES`` sequences (updates × sequences
-    per update) and no vLLM engine shares the process (``beside_vllm``: vLLM patches
-    inductor when imported, and a compiled update beside its engine ran 2.5x slower than
-    eager: `bench/bench_cost_growth.py`, README "How fast"); otherwise, and on GPUs (not
-    measured there), the update stays eager.
+    per update) and no vLLM engine shares the process (``beside_vllm``: a compiled update
+    beside an in-process engine ran 2.5x slower than eager, `bench/bench_cost_growth.py`,
+    README "Training"); otherwise, and on GPUs (not measured there), the update stays eager.
     """
     if setting != "auto":
         return bool(setting)
