@@ -62,16 +62,15 @@ class ArrRecipe(Recipe):
         configs = agent_configs(c)
         seed_everything(configs["reasoner"].seed)  # adapter initialisation draws random numbers
         loaded = {"reasoner": load_policy(start_model, dtype="float32")}
+        if c.policies != "shared_lora":
+            loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
+        compiled = update_compiled(c, [p.model for p in loaded.values()],
+                                   self.trained_sequences(), rollouts=True)
         if c.policies == "shared_lora":
-            compiled = update_compiled(c, [loaded["reasoner"].model], self.trained_sequences(),
-                                       rollouts=True)
             policies = d.shared_lora_policies(loaded["reasoner"].model, c.lora,
                                               cpu_bf16=c.cpu_bf16, compile_update=compiled)
             loaded["verifier"] = loaded["reasoner"]
         else:
-            loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
-            compiled = update_compiled(c, [p.model for p in loaded.values()],
-                                       self.trained_sequences(), rollouts=True)
             policies = d.separate_policies(
                 {name: p.model for name, p in loaded.items()}, c.lora, cpu_bf16=c.cpu_bf16,
                 compile_update=compiled,
