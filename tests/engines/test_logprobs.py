@@ -133,6 +133,32 @@ def test_short_micro_batches_run_the_math_attention_kernel_to_the_same_values(po
     torch.testing.assert_close(math, flash[:, :MATH_ATTENTION_MAX_WIDTH], atol=1e-5, rtol=0)
 
 
+def _attention_kernels(model, batch: Batch) -> set[str]:
+    """The SDPA kernels one differentiable forward and backward of ``batch`` ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        logprobs, _ = token_logprobs(model, batch)
+        logprobs.sum().backward()
+    names = {event.key for event in prof.key_averages()}
+    return {"flash" if "flash_attention" in name else "math"
+            for name in names if "flash_attention" in name or name == "aten::bmm"}
+
+
+def test_compiled_layers_keep_the_flash_kernel_after_a_short_first_micro_batch(
+        tiny_policy_dir, batch, cxx_compiler, tmp_path, monkeypatch):
+    from advrag.engines.local.policy import TrainablePolicy
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # no graph of an earlier run
+    trainable = TrainablePolicy(load_policy(str(tiny_policy_dir)).model, compile_update=True)
+    pad = load_policy(str(tiny_policy_dir)).tokenizer.pad_token_id
+    short = _padded(batch, MATH_ATTENTION_MAX_WIDTH - batch.input_ids.shape[1], pad)
+    with trainable.training():
+        first = _attention_kernels(trainable.model, short)
+        wide = _attention_kernels(trainable.model, _padded(short, 64, pad))
+    assert first == wide == {"flash"}  # one graph for every width, traced with the default kernel
+
+
 def test_micro_batching_equals_one_batch(policy, batch):
     one_lp, one_ent = sequence_logprobs(
         policy.model, batch, micro_batch_size=len(batch), with_entropy=True

@@ -12,7 +12,11 @@ SDPA's math kernel instead of its flash kernel, whose fixed cost per call
 (mostly in the backward) is not repaid on short rows
 (``bench/bench_attention.py``); the same function, computed another way. Not
 under activation checkpointing: its recompute in the backward runs outside that
-choice, and must compute exactly what the forward did.
+choice, and must compute exactly what the forward did. Nor through compiled
+layers (``compile_update``): dynamo does not guard on the kernel choice, so the
+one dynamic-shape graph would keep whichever kernel its first micro-batch traced
+— the math kernel on every long micro-batch after a short first one, and in the
+inductor cache for later runs (measured: a 2.5× slower update).
 
 Batches are right-padded, so the causal mask alone keeps every real token from
 seeing padding: the decoder gets no attention mask then, and attention runs its
@@ -32,6 +36,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor, nn
+from torch._dynamo.eval_frame import OptimizedModule
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from advrag.core.losses import entropy_from_logits, logprobs_from_logits
@@ -83,7 +88,8 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     inputs = {"input_ids": batch.input_ids, "use_cache": False}
     if not padded_only_on_the_right(batch.attention_mask):
         inputs["attention_mask"] = batch.attention_mask.long()
-    with attention_kernel(batch.input_ids, _recomputes_activations(causal)):
+    fixed_kernel = _recomputes_activations(causal) or _runs_compiled_layers(causal)
+    with attention_kernel(batch.input_ids, fixed_kernel):
         if not _linear_head(causal.config):
             return model(**inputs).logits[rows, cols - 1]
         hidden = causal.get_decoder()(**inputs).last_hidden_state
@@ -97,11 +103,11 @@ def padded_only_on_the_right(attention_mask: Tensor) -> bool:
     return torch.equal(attention_mask.bool(), columns < lengths)
 
 
-def attention_kernel(input_ids: Tensor, recomputed: bool) -> AbstractContextManager:
-    """SDPA's math kernel for a short micro-batch on a CPU whose forward is not ``recomputed``
-    in the backward; the default choice otherwise."""
+def attention_kernel(input_ids: Tensor, fixed_kernel: bool) -> AbstractContextManager:
+    """SDPA's math kernel for a short micro-batch on a CPU, unless the model needs one
+    ``fixed_kernel`` for every width (recomputed or compiled layers); the default otherwise."""
     short = input_ids.device.type == "cpu" and input_ids.shape[1] <= MATH_ATTENTION_MAX_WIDTH
-    return sdpa_kernel([SDPBackend.MATH]) if short and not recomputed else nullcontext()
+    return sdpa_kernel([SDPBackend.MATH]) if short and not fixed_kernel else nullcontext()
 
 
 def _recomputes_activations(model: nn.Module) -> bool:
@@ -110,6 +116,11 @@ def _recomputes_activations(model: nn.Module) -> bool:
     ``is_gradient_checkpointing``."""
     flag = getattr(model, "is_activation_checkpointing", None)
     return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
+
+
+def _runs_compiled_layers(model: nn.Module) -> bool:
+    """Whether some of ``model``'s modules run through ``torch.compile`` (``compile_update``)."""
+    return any(isinstance(module, OptimizedModule) for module in model.modules())
 
 
 def _linear_head(config) -> bool:
