@@ -70,7 +70,7 @@ def main() -> None:
     if args.model:
         config = config.model_copy(update={"model": args.model})
     policy, tokenizer = trainable_policy(config.model, config, keep_reference=False,
-                                         sequences=0, rollouts=False)
+                                         sequences=0)
     retriever = load_retriever(config.index_dir)
     train = load_qa(config.world_dir / "train.jsonl")
     questions = [r.question for r in train[: args.questions] for _ in range(args.k)]

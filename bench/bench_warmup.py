@@ -39,8 +39,7 @@ COLUMNS = ("em", "em_lo", "em_hi", "f1", "format_errors", "n_searches", "retriev
 def snapshots(config: TrainFlowConfig, epochs: int, out: Path) -> tuple[list[dict], list[Path]]:
     """SFT for ``epochs`` passes; the merged model after each pass. Returns (history, dirs)."""
     policy, tokenizer = trainable_policy(config.model, config, keep_reference=False,
-                                         sequences=config.warmup.demonstrations * epochs,
-                                         rollouts=False)
+                                         sequences=config.warmup.demonstrations * epochs)
     demos = build_demonstrations(
         load_qa(config.world_dir / "train.jsonl"), load_retriever(config.index_dir),
         HFGenerator(policy.model, tokenizer).chat_prompt, topk=config.topk,

@@ -224,8 +224,7 @@ class RLRunConfig(Strict):
         "compiler on a CPU): a one-off compile of about half a minute (seconds once inductor's "
         "cache holds it), then faster updates. 'auto' = on a CPU with a C++ compiler, for runs "
         "that train at least 160 sequences (updates × sequences per update; the warm-up counts "
-        "its own) and sample without an in-process vLLM engine (beside one it is slower), "
-        "else off.",
+        "its own), else off.",
     )
     max_train_minutes: float | None = Field(
         None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "

@@ -64,8 +64,7 @@ class ArrRecipe(Recipe):
         loaded = {"reasoner": load_policy(start_model, dtype="float32")}
         if c.policies != "shared_lora":
             loaded["verifier"] = load_policy(c.verifier_model or start_model, dtype="float32")
-        compiled = update_compiled(c, [p.model for p in loaded.values()],
-                                   self.trained_sequences(), rollouts=True)
+        compiled = update_compiled(c, [p.model for p in loaded.values()], self.trained_sequences())
         if c.policies == "shared_lora":
             policies = d.shared_lora_policies(loaded["reasoner"].model, c.lora,
                                               cpu_bf16=c.cpu_bf16, compile_update=compiled)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,8 +114,7 @@ class Recipe(ABC):
         seed_everything(self.config.warmup.sft.seed)  # the adapter's initialisation draws random numbers
         policy, tokenizer = trainable_policy(
             self.config.model, self.config, keep_reference=False,
-            sequences=self.config.warmup.demonstrations * self.config.warmup.sft.epochs,
-            rollouts=False)
+            sequences=self.config.warmup.demonstrations * self.config.warmup.sft.epochs)
         demos = self.demonstrations(records, retriever,
                                     HFGenerator(policy.model, tokenizer).chat_prompt)
         history = supervised_finetune(policy, tokenizer, demos, self.config.warmup.sft)
@@ -163,38 +161,29 @@ class Recipe(ABC):
 
 
 def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bool,
-                     sequences: int, rollouts: bool):
+                     sequences: int):
     """The model of ``model_spec`` as a ``TrainablePolicy`` (LoRA or full), and its tokenizer;
-    ``sequences``: how many it will train on, ``rollouts``: whether the run samples them with
-    ``config.rollout_backend`` (both for ``compile_update: auto``)."""
+    ``sequences``: how many it will train on (for ``compile_update: auto``)."""
     from advrag.engines.local.policy import TrainablePolicy
     from advrag.models.loading import load_policy
 
     loaded = load_policy(model_spec, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=keep_reference,
                              cpu_bf16=config.cpu_bf16,
-                             compile_update=update_compiled(config, [loaded.model], sequences,
-                                                            rollouts=rollouts))
+                             compile_update=update_compiled(config, [loaded.model], sequences))
     return policy, loaded.tokenizer
 
 
-def update_compiled(config: RLRunConfig, models: Sequence, sequences: int, *,
-                    rollouts: bool) -> bool:
+def update_compiled(config: RLRunConfig, models: Sequence, sequences: int) -> bool:
     """``config.compile_update`` resolved for every one of ``models`` and a run of
-    ``sequences`` trained sequences (``compile_for_run``), beside vLLM if it is loaded or
-    (``rollouts``) the run's rollouts will start an engine; what ``auto`` chose is printed."""
-    from advrag.engines.generators import resolve_backend
+    ``sequences`` trained sequences (``compile_for_run``); what ``auto`` chose is printed."""
     from advrag.engines.local.policy import AUTO_COMPILE_MIN_SEQUENCES, compile_for_run
 
-    beside_vllm = "vllm" in sys.modules or (
-        rollouts and resolve_backend(config.rollout_backend, models[0]) == "vllm")
-    compiled = all(compile_for_run(config.compile_update, m, sequences, beside_vllm=beside_vllm)
-                   for m in models)
+    compiled = all(compile_for_run(config.compile_update, m, sequences) for m in models)
     if config.compile_update == "auto":
         print(f"compile_update auto: the update runs {'compiled' if compiled else 'eager'} "
-              f"({sequences} sequences to train{'; vLLM in this process' if beside_vllm else ''}"
-              f"; auto compiles from {AUTO_COMPILE_MIN_SEQUENCES} on a CPU with a C++ compiler "
-              "and no vLLM engine beside the update)")
+              f"({sequences} sequences to train; auto compiles from "
+              f"{AUTO_COMPILE_MIN_SEQUENCES} on a CPU with a C++ compiler)")
     return compiled
 
 

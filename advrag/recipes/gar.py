@@ -65,8 +65,7 @@ class GarRecipe(Recipe):
         names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
         policies = d.shared_lora_policies(
             loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16,
-            compile_update=update_compiled(c, [loaded.model], self.trained_sequences(),
-                                           rollouts=True))
+            compile_update=update_compiled(c, [loaded.model], self.trained_sequences()))
         if c.discriminator_adapter is not None and "discriminator" in policies:
             policies["discriminator"].load_weights(c.discriminator_adapter)
         tokenizers = dict.fromkeys(names, loaded.tokenizer)

@@ -47,7 +47,7 @@ class GrpoRecipe(Recipe):
         c = self.config
         seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
         policy, tokenizer = trainable_policy(start_model, c, keep_reference=c.optim.kl_coef > 0,
-                                             sequences=self.trained_sequences(), rollouts=True)
+                                             sequences=self.trained_sequences())
         self.trainers = AgentTrainers({"reasoner": LocalTrainer(policy, tokenizer, c.optim)})
         self.generators = {"reasoner": make_generator(
             c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),

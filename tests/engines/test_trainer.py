@@ -453,13 +453,11 @@ def test_compile_update_auto_compiles_long_cpu_runs_only(tiny_policy_dir, cxx_co
 
     model = load_policy(str(tiny_policy_dir)).model
     enough = AUTO_COMPILE_MIN_SEQUENCES
-    alone = {"beside_vllm": False}
-    assert compile_for_run("auto", model, enough, **alone)
-    assert not compile_for_run("auto", model, enough - 1, **alone)  # too short to pay back
-    assert not compile_for_run("auto", model, enough, beside_vllm=True)  # slower beside vLLM
-    assert compile_for_run(True, model, 1, beside_vllm=True)  # an explicit choice stands
-    assert not compile_for_run(False, model, 10 * enough, **alone)
+    assert compile_for_run("auto", model, enough)
+    assert not compile_for_run("auto", model, enough - 1)  # too short to pay back
+    assert compile_for_run(True, model, 1)  # an explicit choice stands
+    assert not compile_for_run(False, model, 10 * enough)
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64))
-    assert not compile_for_run("auto", gpt2, enough, **alone)  # no layer list: eager, no error
+    assert not compile_for_run("auto", gpt2, enough)  # no layer list: eager, no error
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    assert not compile_for_run("auto", model, enough, **alone)  # no C++ compiler: eager
+    assert not compile_for_run("auto", model, enough)  # no C++ compiler: eager

@@ -225,21 +225,18 @@ def check_compilable(model: nn.Module) -> None:
 AUTO_COMPILE_MIN_SEQUENCES = 160
 
 
-def compile_for_run(setting: bool | str, model: nn.Module, sequences: int, *,
-                    beside_vllm: bool) -> bool:
+def compile_for_run(setting: bool | str, model: nn.Module, sequences: int) -> bool:
     """Whether updates of ``model`` run compiled under the ``compile_update`` setting.
 
     ``True``/``False`` are taken as given (``True`` is checked by ``check_compilable``).
     ``"auto"`` compiles on a CPU with a C++ compiler, for a decoder with a layer list, when
     the run trains at least ``AUTO_COMPILE_MIN_SEQUENCES`` sequences (updates × sequences
-    per update) and no vLLM engine shares the process (``beside_vllm``: a compiled update
-    beside an in-process engine ran 2.5x slower than eager, `bench/bench_cost_growth.py`,
-    README "Training"); otherwise, and on GPUs (not measured there), the update stays eager.
+    per update); otherwise, and on GPUs (not measured there), the update stays eager.
     """
     if setting != "auto":
         return bool(setting)
     on_cpu = next(model.parameters()).device.type == "cpu"
-    if sequences < AUTO_COMPILE_MIN_SEQUENCES or not on_cpu or beside_vllm:
+    if sequences < AUTO_COMPILE_MIN_SEQUENCES or not on_cpu:
         return False
     try:
         check_compilable(model)
