@@ -12,11 +12,14 @@ SDPA's math kernel instead of its flash kernel, whose fixed cost per call
 (mostly in the backward) is not repaid on short rows
 (``bench/bench_attention.py``); the same function, computed another way. Not
 under activation checkpointing: its recompute in the backward runs outside that
-choice, and must compute exactly what the forward did. Nor through compiled
-layers (``compile_update``): dynamo does not guard on the kernel choice, so the
-one dynamic-shape graph would keep whichever kernel its first micro-batch traced
-— the math kernel on every long micro-batch after a short first one, and in the
-inductor cache for later runs (measured: a 2.5× slower update).
+choice, and must compute exactly what the forward did. Compiled layers
+(``compile_update``) make the same choice inside each layer
+(``KernelChoosingLayer``): dynamo does not guard on a kernel chosen outside the
+compiled code, so one dynamic-shape graph kept whichever kernel its first
+micro-batch traced — the math kernel on every long micro-batch after a short
+first one, even from the inductor cache in later runs (a compiled update about
+2.7× slower, measured) — while a choice made inside is traced and guarded on:
+one graph for short micro-batches, one for the rest.
 
 Batches are right-padded, so the causal mask alone keeps every real token from
 seeing padding: the decoder gets no attention mask then, and attention runs its
@@ -88,8 +91,8 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     inputs = {"input_ids": batch.input_ids, "use_cache": False}
     if not padded_only_on_the_right(batch.attention_mask):
         inputs["attention_mask"] = batch.attention_mask.long()
-    fixed_kernel = _recomputes_activations(causal) or _runs_compiled_layers(causal)
-    with attention_kernel(batch.input_ids, fixed_kernel):
+    layers_choose = _recomputes_activations(causal) or _runs_compiled_layers(causal)
+    with attention_kernel(batch.input_ids, fixed_kernel=layers_choose):
         if not _linear_head(causal.config):
             return model(**inputs).logits[rows, cols - 1]
         hidden = causal.get_decoder()(**inputs).last_hidden_state
@@ -103,11 +106,26 @@ def padded_only_on_the_right(attention_mask: Tensor) -> bool:
     return torch.equal(attention_mask.bool(), columns < lengths)
 
 
-def attention_kernel(input_ids: Tensor, fixed_kernel: bool) -> AbstractContextManager:
-    """SDPA's math kernel for a short micro-batch on a CPU, unless the model needs one
-    ``fixed_kernel`` for every width (recomputed or compiled layers); the default otherwise."""
-    short = input_ids.device.type == "cpu" and input_ids.shape[1] <= MATH_ATTENTION_MAX_WIDTH
+def attention_kernel(tokens: Tensor, *, fixed_kernel: bool) -> AbstractContextManager:
+    """SDPA's math kernel for a short micro-batch on a CPU (``tokens``: ``(batch, width, ...)``),
+    unless the caller must not choose (``fixed_kernel``: recomputed layers, or compiled
+    layers that choose themselves); the default otherwise."""
+    short = tokens.device.type == "cpu" and tokens.shape[1] <= MATH_ATTENTION_MAX_WIDTH
     return sdpa_kernel([SDPBackend.MATH]) if short and not fixed_kernel else nullcontext()
+
+
+class KernelChoosingLayer(nn.Module):
+    """A decoder layer that picks SDPA's kernel for its own input (``attention_kernel``), so
+    that ``torch.compile`` traces the choice and guards on the width it depends on."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, hidden_states: Tensor, *args, **kwargs):
+        recomputed = getattr(self.layer, "gradient_checkpointing", False)
+        with attention_kernel(hidden_states, fixed_kernel=recomputed):
+            return self.layer(hidden_states, *args, **kwargs)
 
 
 def _recomputes_activations(model: nn.Module) -> bool:

@@ -22,7 +22,8 @@
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
   run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
   layer's norms, activations, rotary and residual arithmetic; every layer
-  shares one compiled graph. Only updates (RL, and SFT through the same
+  shares the compiled graphs (two: micro-batches short enough for SDPA's math
+  kernel, and the rest; ``logprobs.KernelChoosingLayer``). Only updates (RL, and SFT through the same
   ``training()``): log-prob passes without gradients and generation stay
   eager, so they add no graphs to compile. ``compile_for_run`` resolves the
   setting ``"auto"`` (compile long CPU runs where a C++ compiler is found).
@@ -44,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from advrag.config.engine import LoraSettings
-from advrag.engines.local.logprobs import sequence_logprobs, token_logprobs
+from advrag.engines.local.logprobs import KernelChoosingLayer, sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -338,7 +339,8 @@ class TrainablePolicy:
         """The decoder layers replaced by their compiled wrappers (made once, on first use)."""
         layers = decoder_layers(self.model)
         if self._compiled_layers is None:
-            self._compiled_layers = [torch.compile(layer, dynamic=True) for layer in layers]
+            self._compiled_layers = [torch.compile(KernelChoosingLayer(layer), dynamic=True)
+                                     for layer in layers]
         return _layers_swapped(layers, self._compiled_layers)
 
     def logprobs(
