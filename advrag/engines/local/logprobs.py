@@ -39,7 +39,6 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor, nn
-from torch._dynamo.eval_frame import OptimizedModule
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from advrag.core.losses import entropy_from_logits, logprobs_from_logits
@@ -91,7 +90,7 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     inputs = {"input_ids": batch.input_ids, "use_cache": False}
     if not padded_only_on_the_right(batch.attention_mask):
         inputs["attention_mask"] = batch.attention_mask.long()
-    layers_choose = _recomputes_activations(causal) or _runs_compiled_layers(causal)
+    layers_choose = _recomputes_activations(causal) or _layers_choose_kernel(causal)
     with attention_kernel(batch.input_ids, fixed_kernel=layers_choose):
         if not _linear_head(causal.config):
             return model(**inputs).logits[rows, cols - 1]
@@ -136,9 +135,10 @@ def _recomputes_activations(model: nn.Module) -> bool:
     return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
 
 
-def _runs_compiled_layers(model: nn.Module) -> bool:
-    """Whether some of ``model``'s modules run through ``torch.compile`` (``compile_update``)."""
-    return any(isinstance(module, OptimizedModule) for module in model.modules())
+def _layers_choose_kernel(model: nn.Module) -> bool:
+    """Whether ``model``'s layers pick their attention kernel themselves (``KernelChoosingLayer``,
+    swapped in by a compiled update)."""
+    return any(isinstance(module, KernelChoosingLayer) for module in model.modules())
 
 
 def _linear_head(config) -> bool:
