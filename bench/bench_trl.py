@@ -63,6 +63,8 @@ from pathlib import Path
 
 from reporting import cpu_description, matmul_peak_gflops, openmp_wait_policy
 
+from advrag.common.allocator import allocator_in_use
+
 ROOT = Path(__file__).resolve().parents[1]
 LORA_R, LORA_ALPHA = 16, 32
 
@@ -521,6 +523,7 @@ def main() -> None:
         "cpu": cpu_description(),
         "load_average_1min_at_start": load_at_start,
         "omp_wait_policy": openmp_wait_policy(),
+        "allocator": allocator_in_use(),
         "versions": versions(),
         "rows": rows,
     }

@@ -37,10 +37,12 @@ def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 
 def write_report(path: Path, report: dict) -> None:
-    """Add the CPU, the 1-minute load average (shared cores slow every run) and the OpenMP wait
-    policy, write ``path``, print it."""
+    """Add the CPU, the 1-minute load average (shared cores slow every run), the OpenMP wait
+    policy and the allocator (tcmalloc or the C library's), write ``path``, print it."""
+    from advrag.common.allocator import allocator_in_use
+
     report = report | {"cpu": cpu_description(), "load_average_1m_at_end": os.getloadavg()[0],
-                       "omp_wait_policy": openmp_wait_policy()}
+                       "omp_wait_policy": openmp_wait_policy(), "allocator": allocator_in_use()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

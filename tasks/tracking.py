@@ -23,11 +23,14 @@ from typing import Any
 
 import mlflow
 
+from advrag.common.allocator import allocator_in_use
+
 DEFAULT_DIR = Path(".mlflow")
 ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 OWNER_HOST = "advrag.host"
 OWNER_PID = "advrag.pid"
+ALLOCATOR = "advrag.allocator"  # tcmalloc or system: it changes step times (README, "How fast")
 
 
 def default_uri(root: Path = DEFAULT_DIR) -> str:
@@ -95,10 +98,12 @@ def tracked_run(experiment: str, run_name: str, *, params: dict[str, Any] | None
     c = client()
     experiment_id = ensure_experiment(experiment)
     reap_orphaned_runs(experiment_id)
-    owner = {OWNER_HOST: socket.gethostname(), OWNER_PID: str(os.getpid())}
+    process_tags = {OWNER_HOST: socket.gethostname(), OWNER_PID: str(os.getpid()),
+                    ALLOCATOR: allocator_in_use()}
     if parent is not None:
-        owner["mlflow.parentRunId"] = parent
-    run_id = c.create_run(experiment_id, run_name=run_name, tags={**(tags or {}), **owner}).info.run_id
+        process_tags["mlflow.parentRunId"] = parent
+    run_id = c.create_run(experiment_id, run_name=run_name,
+                          tags={**(tags or {}), **process_tags}).info.run_id
     try:
         if params:
             log_params(run_id, params)

@@ -58,3 +58,20 @@ def test_compile_payback_from_hand_timings(monkeypatch):
     assert result["break_even_sequences"] == 32.0 / (5 / 8)
     assert result["speedup_after_compile"] == 17 / 12
     assert payback([10.0, 10.0], [40.0, 11.0], batch_size=8)["break_even_sequences"] is None
+
+
+def test_allocator_children_differ_only_in_what_is_preloaded(monkeypatch):
+    """One child preloads tcmalloc alone, the other nothing; $ADVRAG_ALLOCATOR cannot re-choose,
+    and the rest of the environment is the parent's."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_allocator import allocator_envs
+
+    monkeypatch.setenv("LD_PRELOAD", "libother.so")
+    monkeypatch.setenv("ADVRAG_ALLOCATOR", "system")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    envs = allocator_envs("/lib/libtcmalloc_minimal.so.4")
+    assert envs["tcmalloc"]["LD_PRELOAD"] == "/lib/libtcmalloc_minimal.so.4"
+    assert "LD_PRELOAD" not in envs["system"]
+    assert all("ADVRAG_ALLOCATOR" not in env and env["OMP_WAIT_POLICY"] == "PASSIVE"
+               for env in envs.values())
+    assert set(envs["tcmalloc"]) - set(envs["system"]) == {"LD_PRELOAD"}
