@@ -13,6 +13,7 @@ waited for (DVC stage commands included).
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import statistics
@@ -35,6 +36,15 @@ def run_once(config: str, fresh: bool) -> float:
     return time.perf_counter() - start
 
 
+def demo_allocator() -> str:
+    """The allocator the demo's `advrag` process runs on, which re-executes itself with tcmalloc
+    where installed (the report's ``allocator`` is this script's own)."""
+    from advrag.common.allocator import find_tcmalloc, preload_environment
+
+    environ = preload_environment(os.environ, find_tcmalloc()) or os.environ
+    return "tcmalloc" if "libtcmalloc" in environ.get("LD_PRELOAD", "") else "system"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/pipeline-demo.yaml")
@@ -50,6 +60,7 @@ def main() -> None:
         "median_wall_s": statistics.median(walls),
         "peak_rss_gib": peak_gib,
         "fresh": args.fresh,
+        "demo_allocator": demo_allocator(),
     }
     write_report(args.out, result)
     print(

@@ -75,3 +75,24 @@ def test_allocator_children_differ_only_in_what_is_preloaded(monkeypatch):
     assert all("ADVRAG_ALLOCATOR" not in env and env["OMP_WAIT_POLICY"] == "PASSIVE"
                for env in envs.values())
     assert set(envs["tcmalloc"]) - set(envs["system"]) == {"LD_PRELOAD"}
+
+
+def test_the_demo_report_names_the_allocator_its_advrag_process_runs_on(monkeypatch):
+    """tcmalloc when installed (auto) or already preloaded; the system's when asked or absent."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_demo
+
+    import advrag.common.allocator as allocator
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv("ADVRAG_ALLOCATOR", raising=False)
+    monkeypatch.setattr(allocator, "find_tcmalloc", lambda: "/lib/libtcmalloc_minimal.so.4")
+    assert bench_demo.demo_allocator() == "tcmalloc"
+    monkeypatch.setenv("ADVRAG_ALLOCATOR", "system")
+    assert bench_demo.demo_allocator() == "system"
+    monkeypatch.setenv("LD_PRELOAD", "/lib/libtcmalloc_minimal.so.4")
+    monkeypatch.setenv("ADVRAG_ALLOCATOR", "auto")
+    monkeypatch.setattr(allocator, "find_tcmalloc", lambda: None)
+    assert bench_demo.demo_allocator() == "tcmalloc"
+    monkeypatch.delenv("LD_PRELOAD")
+    assert bench_demo.demo_allocator() == "system"
