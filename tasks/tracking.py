@@ -93,7 +93,8 @@ def tracked_run(experiment: str, run_name: str, *, params: dict[str, Any] | None
 
     Yields the run id; log through the functions below, which take it
     explicitly, so Prefect tasks in any thread write to the same run. ``parent``:
-    the run this one nests under in the UI (same experiment).
+    the run this one nests under in the UI (same experiment). Tags name the
+    process's host, pid (to reap it if it dies) and memory allocator.
     """
     c = client()
     experiment_id = ensure_experiment(experiment)

@@ -1,1 +1,1 @@
-"""Helpers with no project imports: atomic file and directory writes, device choice."""
+"""Helpers with no project imports: atomic file and directory writes, device and allocator choice."""
