@@ -13,13 +13,12 @@ allocator it ran on, the medians over rounds, and system / tcmalloc.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
 from pathlib import Path
 
-from bench_omp_wait import WORKLOADS, child_run
+from bench_omp_wait import alternating_parser, child_run
 from reporting import write_report
 
 from advrag.common.allocator import INSTALL_HINT, find_tcmalloc
@@ -32,12 +31,7 @@ def allocator_envs(tcmalloc: str) -> dict[str, dict[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=WORKLOADS)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/allocator.json"))
-    args = parser.parse_args()
+    args = alternating_parser(__doc__, Path("bench/results/allocator.json")).parse_args()
     tcmalloc = find_tcmalloc()
     if tcmalloc is None:
         raise SystemExit(f"no tcmalloc library to compare against: {INSTALL_HINT}")

@@ -111,12 +111,18 @@ def policy_env(policy: str | None) -> dict[str, str]:
     return env if policy is None else env | {"OMP_WAIT_POLICY": policy}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def alternating_parser(doc: str, out: Path) -> argparse.ArgumentParser:
+    """The options of a benchmark that alternates child processes over these workloads."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=WORKLOADS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/omp_wait.json"))
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def main() -> None:
+    parser = alternating_parser(__doc__, Path("bench/results/omp_wait.json"))
     parser.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
