@@ -42,6 +42,7 @@ from advrag.engines.local.policy import (
     _native_cpu_bf16,
     check_compilable,
     lora_config,
+    with_fused_lora_forward,
 )
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
@@ -129,7 +130,7 @@ def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequenc
     peft_model = get_peft_model(model, lora_config(lora), adapter_name=names[0])
     for name in names[1:]:
         peft_model.add_adapter(name, lora_config(lora))
-    peft_model.eval()
+    with_fused_lora_forward(peft_model).eval()
     return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16,
                                 compile_update=compile_update) for name in names}
 

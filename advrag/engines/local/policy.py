@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
+from types import MethodType
 from weakref import WeakKeyDictionary
 
 import torch
@@ -68,7 +69,59 @@ def _wrap_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
     """Inject a LoRA adapter into ``model`` (in place) and return the peft model."""
     from peft import get_peft_model
 
-    return get_peft_model(model, lora_config(lora))
+    return with_fused_lora_forward(get_peft_model(model, lora_config(lora)))
+
+
+def with_fused_lora_forward(peft_model: nn.Module) -> nn.Module:
+    """Give each LoRA linear layer of ``peft_model`` the forward ``fused_lora_forward`` (in
+    place; adapters added later share the layers, so they are covered); returns the model."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    for module in peft_model.modules():
+        if type(module) is LoraLinear:
+            module.forward = MethodType(fused_lora_forward, module)
+    return peft_model
+
+
+def fused_lora_forward(layer: nn.Module, x: Tensor, *args, **kwargs) -> Tensor:
+    """peft's LoRA linear forward, ``base(x) + scaling·B(A(dropout(x)))``, with the scaling and
+    the sum done inside one ``addmm`` instead of two passes over the output.
+
+    peft multiplies the whole ``B(A(x))`` output by ``scaling`` and then adds it
+    to the base output, in the forward and again in the backward: two extra
+    passes over a ``(tokens, out_features)`` tensor per adapted layer. Here
+    ``addmm_`` adds ``scaling·inner·Bᵀ`` into the base output in place (its
+    ``alpha``; the base linear map does not keep its output for the backward):
+    the same function with one rounding of the sum instead of two, and only the
+    rank-``r`` gradients scaled. Anything but plain LoRA
+    (disabled or merged adapters, DoRA and other variants, a bias on B,
+    fan-in-fan-out weights, extra forward arguments) goes through peft's own.
+    """
+    if args or kwargs or not _plain_lora(layer, x):
+        return type(layer).forward(layer, x, *args, **kwargs)
+    rows = x.reshape(-1, x.shape[-1])  # 2-D throughout: addmm_ on a view would copy back
+    result = layer.base_layer(rows)
+    for name in layer.active_adapters:
+        if name not in layer.lora_A:
+            continue
+        inner = layer.lora_A[name](layer.lora_dropout[name](
+            layer._cast_input_dtype(rows, layer.lora_A[name].weight.dtype)))
+        lora_b = layer.lora_B[name].weight.to(result.dtype)  # autocast's cast, if any
+        result.addmm_(inner, lora_b.t(), alpha=layer.scaling[name])
+    return result.view(*x.shape[:-1], result.shape[-1])
+
+
+def _plain_lora(layer: nn.Module, x: Tensor) -> bool:
+    """Whether ``layer``'s active adapters are plain, unmerged, enabled LoRA on a linear map
+    whose base and adapter outputs share a dtype (autocast on, or one weight dtype)."""
+    active = [name for name in layer.active_adapters if name in layer.lora_A]
+    variants = getattr(layer, "lora_variant", {})  # peft >= 0.15; DoRA before
+    dtypes = {layer.base_layer.weight.dtype} | {layer.lora_A[name].weight.dtype for name in active} \
+        | {layer.lora_B[name].weight.dtype for name in active}
+    return (not layer.disable_adapters and not layer.merged and not layer.fan_in_fan_out
+            and not any(name in variants or layer.use_dora.get(name) for name in active)
+            and all(layer.lora_B[name].bias is None for name in active)
+            and (torch.is_autocast_enabled(x.device.type) or len(dtypes) == 1))
 
 
 def _enable_activation_checkpointing(model: nn.Module) -> None:
