@@ -1,4 +1,4 @@
-"""One GRPO update on mixed-length rollouts, five ways: what each change to the update buys.
+"""One GRPO update on mixed-length rollouts, six ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
                                  [--full] [--fp32] [--ways "+ scored head"] [--attn sdpa eager]
@@ -8,7 +8,7 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
-LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them five ways (``--ways``: a subset), each adding one change
+LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them six ways (``--ways``: a subset), each adding one change
 to the previous, interleaved in one process (``--attn``: each way once per
 attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
 flash kernel — against ``eager``):
@@ -19,7 +19,11 @@ flash kernel — against ``eager``):
 - ``+ one pass``: no separate old-log-prob pass — with one epoch the old
   log-probs are the detached current ones;
 - ``+ scored head``: the LM head, log-softmax and entropy only at the positions
-  that predict a policy token (``logprobs.scored_logits``): the default update;
+  that predict a policy token (``logprobs.scored_logits``);
+- ``+ fused LoRA``: LoRA layers add their scaled output into the base output in
+  one in-place ``addmm_`` (``policy.fused_lora_forward``) instead of peft's
+  forward, which the ways above run: the default update (with ``--full`` the
+  same as the way above: no LoRA layers);
 - ``+ compiled layers``: the decoder layers through ``torch.compile``
   (``compile_update: true``; its one-off compile falls in the warm-up round).
 
@@ -86,13 +90,30 @@ def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
 
 
 WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions,
-    #               compiled decoder layers)
-    "before": ("batch order", True, False, False),
-    "+ by length": ("by length", True, False, False),
-    "+ one pass": ("by length", False, False, False),
-    "+ scored head": ("by length", False, True, False),
-    "+ compiled layers": ("by length", False, True, True),
+    #               fused LoRA forward, compiled decoder layers)
+    "before": ("batch order", True, False, False, False),
+    "+ by length": ("by length", True, False, False, False),
+    "+ one pass": ("by length", False, False, False, False),
+    "+ scored head": ("by length", False, True, False, False),
+    "+ fused LoRA": ("by length", False, True, True, False),
+    "+ compiled layers": ("by length", False, True, True, True),
 }
+
+
+def lora_forwards(model) -> dict:
+    """Each LoRA layer of ``model`` → the fused forward it was given (``with_fused_lora_forward``)."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    return {m: m.__dict__["forward"] for m in model.modules() if type(m) is LoraLinear}
+
+
+def use_fused_lora(fused_forwards: dict, fused: bool) -> None:
+    """Run the LoRA layers through their fused forward, or through peft's own."""
+    for layer, forward in fused_forwards.items():
+        if fused:
+            layer.forward = forward
+        else:
+            layer.__dict__.pop("forward", None)
 
 
 def head_everywhere(model, batch, rows, cols):
@@ -135,9 +156,11 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in ways}
     tokens = 0.0
     heads = {True: logprobs.scored_logits, False: head_everywhere}
+    fused_forwards = lora_forwards(policy.model)
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head, compiled, attn) in ways.items():
+        for name, (grouping, old_pass, scored_head, fused, compiled, attn) in ways.items():
             loaded.model.set_attn_implementation(attn)
+            use_fused_lora(fused_forwards, fused)
             policy.compile_update = compiled
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]
@@ -148,6 +171,7 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
     logprobs.micro_batches = trainer_module.micro_batches = strategies["by length"]
     logprobs.scored_logits = heads[True]
+    use_fused_lora(fused_forwards, True)
     precision = "bf16" if policy.cpu_bf16 else "fp32"  # the peak of what the update computes in
     peak = matmul_peak_gflops({"bf16": "bfloat16", "fp32": "float32"}[precision])
     rows = {}

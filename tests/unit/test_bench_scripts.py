@@ -96,3 +96,23 @@ def test_the_demo_report_names_the_allocator_its_advrag_process_runs_on(monkeypa
     assert bench_demo.demo_allocator() == "tcmalloc"
     monkeypatch.delenv("LD_PRELOAD")
     assert bench_demo.demo_allocator() == "system"
+
+
+def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkeypatch):
+    """Ways before ``+ fused LoRA`` run peft's own forward, that way and later the fused one."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_update import WAYS, lora_forwards, use_fused_lora
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from advrag.engines.local.policy import LoraSettings, TrainablePolicy, fused_lora_forward
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    policy = TrainablePolicy(LlamaForCausalLM(config), lora=LoraSettings(r=2, alpha=4))
+    forwards = lora_forwards(policy.model)
+    assert len(forwards) == 7  # q, k, v, o, gate, up, down
+    use_fused_lora(forwards, False)
+    assert all("forward" not in layer.__dict__ for layer in forwards)
+    use_fused_lora(forwards, True)
+    assert all(layer.forward.__func__ is fused_lora_forward for layer in forwards)
+    assert [name for name, way in WAYS.items() if way[3]] == ["+ fused LoRA", "+ compiled layers"]

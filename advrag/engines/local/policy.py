@@ -19,6 +19,11 @@
   and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
   Trainable linear weights get one bf16 copy per update instead of a cast per
   micro-batch (``trainable_weights_in_bf16``, inside ``training()``).
+- LoRA layers run ``fused_lora_forward``: the adapter's scaled output is added
+  into the base output by one in-place ``addmm_`` (peft scales and adds it in
+  two more passes over the output, forward and backward): eager LoRA updates
+  about 4 % faster on this project's CPU, compiled ones unchanged (inductor
+  fuses peft's passes itself).
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
   run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
   layer's norms, activations, rotary and residual arithmetic; every layer
