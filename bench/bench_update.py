@@ -102,9 +102,9 @@ WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scor
 
 def lora_forwards(model) -> dict:
     """Each LoRA layer of ``model`` → the fused forward it was given (``with_fused_lora_forward``)."""
-    from peft.tuners.lora import Linear as LoraLinear
+    from advrag.engines.local.policy import lora_linear_layers
 
-    return {m: m.__dict__["forward"] for m in model.modules() if type(m) is LoraLinear}
+    return {layer: layer.__dict__["forward"] for layer in lora_linear_layers(model)}
 
 
 def use_fused_lora(fused_forwards: dict, fused: bool) -> None:

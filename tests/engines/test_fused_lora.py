@@ -14,6 +14,7 @@ from advrag.engines.local.policy import (
     LoraSettings,
     TrainablePolicy,
     fused_lora_forward,
+    lora_linear_layers,
     with_fused_lora_forward,
 )
 from advrag.models.loading import load_policy
@@ -21,17 +22,10 @@ from advrag.models.loading import load_policy
 IDS = torch.tensor([[5, 17, 42, 9, 33, 61, 7, 12], [8, 3, 27, 50, 11, 2, 40, 19]])
 
 
-def lora_layers(model: nn.Module) -> list[nn.Module]:
-    """The peft LoRA linear layers of ``model``."""
-    from peft.tuners.lora import Linear as LoraLinear
-
-    return [m for m in model.modules() if type(m) is LoraLinear]
-
-
 @contextmanager
 def peft_own_forward(model: nn.Module) -> Iterator[None]:
     """Run every LoRA layer of ``model`` through peft's forward for the body."""
-    layers = lora_layers(model)
+    layers = lora_linear_layers(model)
     fused = [layer.__dict__.pop("forward") for layer in layers]
     try:
         yield
@@ -68,7 +62,7 @@ def policy(tiny_policy_dir) -> TrainablePolicy:
 
 
 def test_every_lora_layer_runs_the_fused_forward_and_computes_peft_s_function(policy):
-    layers = lora_layers(policy.model)
+    layers = lora_linear_layers(policy.model)
     assert layers and all(layer.forward.__func__ is fused_lora_forward for layer in layers)
     fused, fused_grads = logits_and_grads(policy.model)
     with peft_own_forward(policy.model):
@@ -143,7 +137,7 @@ def test_shared_adapters_each_compute_their_own_output(tiny_policy_dir):
 
 def test_a_bf16_base_with_fp32_adapters_goes_through_peft_s_own_forward(policy):
     """Without autocast peft adds an fp32 adapter output to a bf16 base output in fp32."""
-    layer = lora_layers(policy.model)[0]
+    layer = lora_linear_layers(policy.model)[0]
     layer.base_layer.to(torch.bfloat16)
     x = torch.randn(3, layer.in_features, dtype=torch.bfloat16)
     with torch.no_grad():

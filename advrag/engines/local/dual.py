@@ -42,7 +42,7 @@ from advrag.engines.local.policy import (
     _native_cpu_bf16,
     check_compilable,
     lora_config,
-    with_fused_lora_forward,
+    wrap_lora,
 )
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
@@ -122,15 +122,13 @@ def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequenc
                          cpu_bf16: bool = False, compile_update: bool = False
                          ) -> dict[str, AdapterPolicy]:
     """One LoRA adapter per name on ``model`` (wrapped in place); a policy view for each."""
-    from peft import get_peft_model
-
     if compile_update:
         check_compilable(model)  # fails now, before the model is wrapped
 
-    peft_model = get_peft_model(model, lora_config(lora), adapter_name=names[0])
+    peft_model = wrap_lora(model, lora, adapter_name=names[0])
     for name in names[1:]:
         peft_model.add_adapter(name, lora_config(lora))
-    with_fused_lora_forward(peft_model).eval()
+    peft_model.eval()
     return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16,
                                 compile_update=compile_update) for name in names}
 

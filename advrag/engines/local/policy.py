@@ -70,21 +70,27 @@ def lora_config(lora: LoraSettings):
     )
 
 
-def _wrap_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
-    """Inject a LoRA adapter into ``model`` (in place) and return the peft model."""
+def wrap_lora(model: nn.Module, lora: LoraSettings, adapter_name: str = "default") -> nn.Module:
+    """Inject a LoRA adapter into ``model`` (in place) and return the peft model, its LoRA
+    layers running ``fused_lora_forward`` (adapters added later share those layers)."""
     from peft import get_peft_model
 
-    return with_fused_lora_forward(get_peft_model(model, lora_config(lora)))
+    return with_fused_lora_forward(get_peft_model(model, lora_config(lora),
+                                                  adapter_name=adapter_name))
+
+
+def lora_linear_layers(model: nn.Module) -> list[nn.Module]:
+    """The peft LoRA linear layers of ``model``."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    return [module for module in model.modules() if type(module) is LoraLinear]
 
 
 def with_fused_lora_forward(peft_model: nn.Module) -> nn.Module:
     """Give each LoRA linear layer of ``peft_model`` the forward ``fused_lora_forward`` (in
-    place; adapters added later share the layers, so they are covered); returns the model."""
-    from peft.tuners.lora import Linear as LoraLinear
-
-    for module in peft_model.modules():
-        if type(module) is LoraLinear:
-            module.forward = MethodType(fused_lora_forward, module)
+    place); returns the model."""
+    for layer in lora_linear_layers(peft_model):
+        layer.forward = MethodType(fused_lora_forward, layer)
     return peft_model
 
 
@@ -348,7 +354,7 @@ class TrainablePolicy:
         if gradient_checkpointing:
             _enable_activation_checkpointing(model)
         self.is_lora = lora is not None
-        self.model = _wrap_lora(model, lora) if lora is not None else model
+        self.model = wrap_lora(model, lora) if lora is not None else model
         self.model.eval()
         self._reference = None
         if not self.is_lora and keep_reference:
