@@ -93,12 +93,33 @@ def test_the_copy_changes_only_through_push_weights(tiny_policy_dir):
                 weight.mul_(-3.0)
     assert greedy(generator) == before_text
     assert torch.equal(generator.model.get_submodule(Q_PROJ).weight, before_weight)
+    sampled_copy = generator.model
     generator.push_weights(model)
+    assert generator.model is sampled_copy  # written in place, not built again
     pushed = generator.model.get_submodule(Q_PROJ).weight
     torch.testing.assert_close(pushed, merged_q_proj(model).detach().to(torch.bfloat16))
     assert not torch.equal(pushed, before_weight)
     fresh = HFGenerator(copy.deepcopy(model).merge_and_unload().to(torch.bfloat16).eval(), tokenizer)
     assert greedy(generator) == greedy(fresh)
+
+
+def test_a_full_policy_with_a_tied_head_is_pushed_in_place(tiny_policy_dir):
+    loaded = load_policy(str(tiny_policy_dir))
+    model = loaded.model
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    generator = make_generator("hf", model, loaded.tokenizer, tiny_policy_dir,
+                               autocast=bf16_autocast)
+    sampled_copy = generator.model
+    with torch.no_grad():  # an "update" of every weight, the tied one included
+        for weight in model.parameters():
+            weight.mul_(-1.5)
+    generator.push_weights(model)
+    assert generator.model is sampled_copy
+    pushed = dict(sampled_copy.named_parameters())
+    assert pushed.keys() == dict(model.named_parameters()).keys()
+    for name, weight in model.named_parameters():
+        assert torch.equal(pushed[name], weight.detach().to(torch.bfloat16)), name
+    assert sampled_copy.lm_head.weight is sampled_copy.model.embed_tokens.weight
 
 
 class RecordingGenerator:

@@ -20,7 +20,6 @@ from tiny_weights import redraw_matrices
 
 from advrag.engines.generators import compute_dtype, make_generator
 from advrag.engines.local.generation import HFGenerator
-from advrag.engines.vllm.weights import checkpoint_weights
 from advrag.models.loading import load_policy
 from advrag.models.tiny import build_tiny_policy
 
@@ -63,30 +62,6 @@ def engine(model_dir, policy):
 
 def hf_greedy(model, tokenizer, prompts=PROMPTS, stop=()):
     return HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=NEW_TOKENS, stop=stop)
-
-
-def test_checkpoint_weights_merge_lora_like_peft_and_leave_the_model_alone(policy):
-    """Names are the base checkpoint's; values equal peft's merge_and_unload."""
-    from peft import LoraConfig, get_peft_model
-
-    peft_model = get_peft_model(copy.deepcopy(policy.model),
-                                LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    with torch.no_grad():
-        for name, weight in peft_model.named_parameters():
-            if "lora_B" in name:
-                weight.normal_(0.0, 0.1)
-    before = {k: v.clone() for k, v in peft_model.state_dict().items()}
-    pushed = dict(checkpoint_weights(peft_model))
-    merged = copy.deepcopy(peft_model).merge_and_unload().state_dict()
-    assert pushed.keys() == merged.keys() == policy.model.state_dict().keys()
-    for name, tensor in merged.items():
-        torch.testing.assert_close(pushed[name], tensor, rtol=0, atol=1e-6)
-    q_proj = "model.layers.0.self_attn.q_proj.weight"
-    assert not torch.equal(pushed[q_proj], policy.model.state_dict()[q_proj])
-    as_bf16 = dict(checkpoint_weights(peft_model, dtype=torch.bfloat16))
-    assert all(torch.equal(as_bf16[n], t.to(torch.bfloat16)) for n, t in pushed.items())
-    after = peft_model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_make_generator_dispatches_and_rejects_unknown_backends(policy, model_dir):

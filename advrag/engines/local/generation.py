@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from advrag.common.device import pick_device
 from advrag.engines.local.decoding import PREFIX_STORE_BYTES, PrefixStore, decode
+from advrag.engines.weights import checkpoint_weights
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -195,45 +196,27 @@ class SnapshotGenerator(HFGenerator):
         model built; a model whose weights do not map one to one onto the copy's
         gets a fresh copy.
         """
-        weights = dict(self.model.named_parameters())
-        merged = dict(merged_weights(model, self.adapter))
-        if merged.keys() != weights.keys():
-            self.model = self._copy_of(model)
-            return
+        targets = self.model.state_dict(keep_vars=True)
+        pushed = dict.fromkeys(targets, False)
         packed = [m for m in self.model.modules() if isinstance(m, PackedFp16Linear)]
         packed_weights = {id(p) for m in packed for p in (m.weight, m.bias) if p is not None}
         written = set()
         with torch.no_grad():
-            for name, weight in merged.items():
-                target = weights[name]
-                if id(target) in packed_weights and torch.equal(target, weight):
-                    continue  # packing is slow: a weight LoRA leaves alone is not packed again
+            for name, weight in checkpoint_weights(model, self.adapter):
+                if name not in pushed:
+                    break
+                pushed[name] = True
+                target = targets[name]
+                if id(target) in written or (id(target) in packed_weights
+                                             and torch.equal(target, weight)):
+                    continue  # a tied weight is written once; packing is slow: a weight LoRA
+                    # leaves alone is not packed again
                 target.copy_(weight)
                 written.add(id(target))
+        if not all(pushed.values()):
+            self.model = self._copy_of(model)
+            return
         repack([m for m in packed if {id(m.weight), id(m.bias)} & written])
-
-
-def merged_weights(model: nn.Module, adapter: str | None = None) -> Iterator[tuple[str, Tensor]]:
-    """``model``'s parameters as a plain (LoRA-merged) copy of it names them.
-
-    For a peft model: each LoRA layer's base weight plus ``adapter``'s delta
-    (the active adapter when None) under the layer's own name, every other base
-    parameter as it is, the adapters' own weights left out.
-    """
-    if not hasattr(model, "get_base_model"):
-        yield from model.named_parameters()
-        return
-    adapter = adapter or model.active_adapter
-    layers = {name: module for name, module in model.get_base_model().named_modules()
-              if hasattr(module, "get_delta_weight")}
-    for name, param in model.get_base_model().named_parameters():
-        layer_name, _, leaf = name.rpartition(".base_layer.")
-        if layer_name in layers:
-            layer = layers[layer_name]
-            delta = layer.get_delta_weight(adapter) if adapter in layer.lora_A else 0
-            yield f"{layer_name}.{leaf}", param + delta if leaf == "weight" else param
-        elif ".lora_" not in name:
-            yield name, param
 
 
 def inference_copy(model: nn.Module, dtype: torch.dtype, adapter: str | None = None) -> nn.Module:

@@ -13,7 +13,7 @@ agents cannot tell the two apart:
   does not change the sampling settings behind the caller's back.
 
 ``push_weights(model)`` copies a transformers model's current weights (LoRA
-deltas merged in, see ``weights.checkpoint_weights``) into the running engine
+deltas merged in, see ``advrag.engines.weights``) into the running engine
 and drops its prefix cache (KV blocks computed with the old weights must not be
 reused). That needs the engine in this process, so the generator sets
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``. Compile caches go under the project's
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from advrag.engines.local.generation import ChatPrompting, cut_at_stop
-from advrag.engines.vllm.weights import checkpoint_weights
+from advrag.engines.weights import checkpoint_weights
 
 INSTALL_HINT = (
     "vLLM is not installed in this environment. Install it with `make vllm` (CPU: the "

@@ -5,7 +5,8 @@ that checkpoint (``model.layers.0.self_attn.q_proj.weight``), not peft's
 (``base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`` plus
 ``lora_A``/``lora_B``). ``checkpoint_weights`` yields what ``merge_and_unload``
 would save, computed on the fly: the training model is not modified and no
-second copy of it is made (one merged tensor exists at a time).
+second copy of it is made (one merged tensor exists at a time). Every weight
+push goes through it: into a vLLM engine and into the transformers sampling copy.
 """
 
 from __future__ import annotations
@@ -48,8 +49,28 @@ def _merged(layer: nn.Module, base_weight: Tensor, only: str | None) -> Tensor:
             continue
         if layer.use_dora.get(adapter, False):
             raise ValueError("cannot push DoRA adapters: merge them with peft first.")
-        merged += layer.get_delta_weight(adapter).to(merged.dtype)
+        _add_delta(layer, adapter, merged)
     return merged
+
+
+def _add_delta(layer: nn.Module, adapter: str, merged: Tensor) -> None:
+    """Add ``adapter``'s ``scaling·B·A`` into ``merged`` in place.
+
+    A plain LoRA linear layer with weights of ``merged``'s dtype takes one
+    ``addmm_`` (peft's ``get_delta_weight`` makes the product, scales it and adds
+    it in three passes over the weight); any other layer takes peft's delta.
+    """
+    from peft.tuners.lora import Linear as LoraLinear
+
+    factors = (layer.lora_B[adapter].weight, layer.lora_A[adapter].weight) \
+        if adapter in layer.lora_A else ()
+    plain = (type(layer) is LoraLinear and not layer.fan_in_fan_out
+             and not getattr(layer, "lora_variant", {}).get(adapter)
+             and all(f.dtype == merged.dtype for f in factors))
+    if plain:
+        merged.addmm_(*factors, alpha=layer.scaling[adapter])
+    else:
+        merged += layer.get_delta_weight(adapter)  # one rounding to merged.dtype, as peft merges
 
 
 @torch.no_grad()
