@@ -1,12 +1,13 @@
-"""CPU attention kernels by micro-batch width: where SDPA's math kernel beats its flash kernel.
+"""CPU attention kernels by micro-batch width: SDPA's math and flash kernels, and the AMX backward.
 
     python bench/bench_attention.py [--widths 64 128 256 512 1024] [--repeats 3]
 
 One forward + backward of SmolLM2-135M with LoRA r=16 under bf16 autocast (the
-update's pass: log-probs of the last 32 positions), 4 rows per micro-batch, one
-row in five padded as in a length-grouped micro-batch, once with SDPA's flash
-kernel and once with its math kernel, interleaved. The crossover sets
-``logprobs.MATH_ATTENTION_MAX_WIDTH`` (math below it, the default above).
+update's pass: log-probs of the last 32 positions), 4 rows per micro-batch,
+causal without a mask (as the update runs right-padded rows), with SDPA's flash
+kernel, its math kernel, and — on a CPU with AMX — ``attention.amx_attention``
+(aten's flash forward, the AMX backward), interleaved. The math/flash crossover
+sets ``logprobs.MATH_ATTENTION_MAX_WIDTH`` (math below it, the default above).
 Writes ``bench/results/attention.json``.
 """
 
@@ -21,7 +22,7 @@ import torch
 from reporting import write_report
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
+KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH, "amx": None}
 
 
 def lora_policy():
@@ -40,14 +41,16 @@ def lora_policy():
     return policy
 
 
-def pass_seconds(policy, width: int, kernel: SDPBackend) -> float:
-    """Seconds of one forward + backward over 4 rows of ``width`` tokens (the last row padded)."""
+def pass_seconds(policy, width: int, kernel: SDPBackend | None) -> float:
+    """Seconds of one forward + backward over 4 rows of ``width`` tokens (``kernel`` None:
+    the AMX backward)."""
+    from advrag.engines.local.attention import amx_attention
+
     ids = torch.randint(100, 40_000, (4, width))
-    mask = torch.ones_like(ids)
-    mask[-1, -(width // 5):] = 0
+    chosen = amx_attention(policy.model) if kernel is None else sdpa_kernel([kernel])
     started = time.perf_counter()
-    with sdpa_kernel([kernel]), policy.autocast():
-        logits = policy.model(input_ids=ids, attention_mask=mask).logits[:, -32:].float()
+    with chosen, policy.autocast():
+        logits = policy.model(input_ids=ids).logits[:, -32:].float()
     logits.logsumexp(-1).sum().backward()
     return time.perf_counter() - started
 
@@ -61,18 +64,27 @@ def main() -> None:
     policy = lora_policy()
     if not policy.cpu_bf16:
         raise SystemExit("this CPU has no native bf16: the update runs fp32 here, nothing to measure")
-    pass_seconds(policy, 64, SDPBackend.MATH)  # first-call set-up, untimed
+    from advrag.engines.local.attention import kernel as amx_kernel
+
+    kernels = {name: k for name, k in KERNELS.items() if k is not None or amx_kernel() is not None}
+    for kernel in kernels.values():  # first-call set-up, untimed
+        pass_seconds(policy, 64, kernel)
     rows = []
     for width in args.widths:
-        seconds = {name: [] for name in KERNELS}
+        seconds = {name: [] for name in kernels}
         for _ in range(args.repeats):
-            for name, kernel in KERNELS.items():
+            for name, kernel in kernels.items():
                 seconds[name].append(pass_seconds(policy, width, kernel))
         median = {name: statistics.median(values) for name, values in seconds.items()}
-        rows.append({"width": width, "flash_s": median["flash"], "math_s": median["math"],
-                     "math_over_flash": median["math"] / median["flash"], "runs": seconds})
-        print(f"width {width:5d}: flash {median['flash']:.3f} s, math {median['math']:.3f} s, "
-              f"math/flash {median['math'] / median['flash']:.2f}", flush=True)
+        row = {"width": width, **{f"{name}_s": m for name, m in median.items()},
+               "math_over_flash": median["math"] / median["flash"]}
+        if "amx" in median:
+            row["best_sdpa_over_amx"] = min(median["math"], median["flash"]) / median["amx"]
+        rows.append(row | {"runs": seconds})
+        print(f"width {width:5d}: " + ", ".join(f"{n} {m:.3f} s" for n, m in median.items())
+              + f", math/flash {row['math_over_flash']:.2f}"
+              + (f", best SDPA/amx {row['best_sdpa_over_amx']:.2f}" if "amx" in median else ""),
+              flush=True)
     write_report(args.out, {"command": "python bench/bench_attention.py", "rows": rows,
                             "settings": vars(args) | {"out": str(args.out)}})
 

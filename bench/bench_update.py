@@ -1,4 +1,4 @@
-"""One GRPO update on mixed-length rollouts, six ways: what each change to the update buys.
+"""One GRPO update on mixed-length rollouts, seven ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
                                  [--full] [--fp32] [--ways "+ scored head"] [--attn sdpa eager]
@@ -8,7 +8,7 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
-LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them six ways (``--ways``: a subset), each adding one change
+LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them seven ways (``--ways``: a subset), each adding one change
 to the previous, interleaved in one process (``--attn``: each way once per
 attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
 flash kernel — against ``eager``):
@@ -24,6 +24,8 @@ flash kernel — against ``eager``):
   one in-place ``addmm_`` (``policy.fused_lora_forward``) instead of peft's
   forward, which the ways above run: the default update (with ``--full`` the
   same as the way above: no LoRA layers);
+- ``+ AMX attention``: attention's backward on AMX block matmuls
+  (``attention.causal_attention``; on a CPU without AMX the same as the way above);
 - ``+ compiled layers``: the decoder layers through ``torch.compile``
   (``compile_update: true``; its one-off compile falls in the warm-up round).
 
@@ -39,6 +41,7 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -90,13 +93,14 @@ def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
 
 
 WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions,
-    #               fused LoRA forward, compiled decoder layers)
-    "before": ("batch order", True, False, False, False),
-    "+ by length": ("by length", True, False, False, False),
-    "+ one pass": ("by length", False, False, False, False),
-    "+ scored head": ("by length", False, True, False, False),
-    "+ fused LoRA": ("by length", False, True, True, False),
-    "+ compiled layers": ("by length", False, True, True, True),
+    #               fused LoRA forward, AMX attention backward, compiled decoder layers)
+    "before": ("batch order", True, False, False, False, False),
+    "+ by length": ("by length", True, False, False, False, False),
+    "+ one pass": ("by length", False, False, False, False, False),
+    "+ scored head": ("by length", False, True, False, False, False),
+    "+ fused LoRA": ("by length", False, True, True, False, False),
+    "+ AMX attention": ("by length", False, True, True, True, False),
+    "+ compiled layers": ("by length", False, True, True, True, True),
 }
 
 
@@ -114,6 +118,13 @@ def use_fused_lora(fused_forwards: dict, fused: bool) -> None:
             layer.forward = forward
         else:
             layer.__dict__.pop("forward", None)
+
+
+def use_amx_attention(policy_module, amx: bool) -> None:
+    """Let updates attend through the AMX backward (``attention.amx_attention``) or not."""
+    from advrag.engines.local.attention import amx_attention
+
+    policy_module.amx_attention = amx_attention if amx else (lambda model: nullcontext())
 
 
 def head_everywhere(model, batch, rows, cols):
@@ -137,6 +148,7 @@ def main() -> None:
             for name in args.ways for attn in args.attn}
 
     from advrag.engines.local import logprobs
+    from advrag.engines.local import policy as policy_module
     from advrag.engines.local import trainer as trainer_module
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
@@ -158,9 +170,10 @@ def main() -> None:
     heads = {True: logprobs.scored_logits, False: head_everywhere}
     fused_forwards = lora_forwards(policy.model)
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head, fused, compiled, attn) in ways.items():
+        for name, (grouping, old_pass, scored_head, fused, amx, compiled, attn) in ways.items():
             loaded.model.set_attn_implementation(attn)
             use_fused_lora(fused_forwards, fused)
+            use_amx_attention(policy_module, amx)
             policy.compile_update = compiled
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]

@@ -24,6 +24,9 @@
   two more passes over the output, forward and backward): eager LoRA updates
   about 4 % faster on this project's CPU, compiled ones unchanged (inductor
   fuses peft's passes itself).
+- Attention: in bf16 updates on an AMX CPU (heads of 64, causal, no mask) the
+  backward runs on AMX block matmuls (``attention.amx_attention``, inside
+  ``training()``), 2.4–3.9x SDPA's CPU flash backward; elsewhere SDPA's.
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
   run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
   layer's norms, activations, rotary and residual arithmetic; every layer
@@ -51,6 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from advrag.config.engine import LoraSettings
+from advrag.engines.local.attention import amx_attention
 from advrag.engines.local.logprobs import KernelChoosingLayer, sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch
 
@@ -387,14 +391,17 @@ class TrainablePolicy:
         """``train()`` mode for the body (the update), ``eval()`` again afterwards.
 
         Under bf16 the trainable linear weights run from one bf16 copy for the
-        whole body (``trainable_weights_in_bf16``): step the optimizer after it.
+        whole body (``trainable_weights_in_bf16``): step the optimizer after it;
+        on an AMX CPU attention's backward runs ``attention.causal_attention``'s kernel.
         With ``compile_update`` the decoder layers run compiled in the body.
         """
         bf16_copies = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
         compiled = self._layers_compiled() if self.compile_update else nullcontext()
+        amx = amx_attention(self.model) if self.uses_bf16() and self.device.type == "cpu" \
+            else nullcontext()
         self.model.train()
         try:
-            with bf16_copies, compiled:
+            with bf16_copies, compiled, amx:
                 yield
         finally:
             self.model.eval()

@@ -1,0 +1,147 @@
+"""The AMX attention backward (``advrag.engines.local.attention``) against SDPA's gradients.
+
+Its errors against an fp32 reference must be no larger than SDPA's own bf16 errors (each
+computes in bf16 with fp32 accumulation, so neither is exact); calls it does not cover
+must be SDPA's, unchanged. Built once per machine (about 40 s)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from advrag.engines.local import attention
+
+pytestmark = pytest.mark.skipif(not attention.amx_cpu(),
+                                reason="the kernel runs on AMX CPUs only (Sapphire Rapids or "
+                                       "later); elsewhere attention stays SDPA's")
+SCALE = 64 ** -0.5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_kernel(cxx_compiler):
+    assert attention.kernel() is not None, "with a C++ compiler and ninja the kernel must build"
+
+
+def gradients(fn, tensors, grad_out):
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    fn(*leaves).backward(grad_out)
+    return [leaf.grad for leaf in leaves]
+
+
+def errors(got, exact):
+    """Each gradient's error against fp32, relative (Frobenius norms): a max over elements
+    would compare single bf16 roundings, one unit in the last place apart."""
+    return [((g.float() - e).norm() / e.norm()).item() for g, e in zip(got, exact, strict=True)]
+
+
+@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 200])
+def test_gradients_are_as_close_to_fp32_as_sdpas(length):
+    torch.manual_seed(length)
+    q, k, v = (torch.randn(2, 3, length, 64, dtype=torch.bfloat16) for _ in range(3))
+    grad_out = torch.randn(2, 3, length, 64, dtype=torch.bfloat16)
+    ours = gradients(lambda *x: attention.causal_attention(*x, SCALE)[0], (q, k, v), grad_out)
+    sdpa = gradients(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), (q, k, v),
+                     grad_out)
+    exact = gradients(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True),
+                      [t.float() for t in (q, k, v)], grad_out.float())
+    for ours_error, sdpa_error in zip(errors(ours, exact), errors(sdpa, exact), strict=True):
+        assert ours_error <= max(1.1 * sdpa_error, 1e-6)
+    out, logsumexp = attention.causal_attention(q, k, v, SCALE)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert logsumexp.shape == (2, 3, length) and logsumexp.dtype == torch.float32
+
+
+def tiny_llama(head_size: int = 64) -> LlamaForCausalLM:
+    """Two layers, 2 query heads sharing 1 key/value head (grouped-query attention)."""
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=97, hidden_size=2 * head_size, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, attn_implementation="sdpa"))
+
+
+def update_gradients(model, ids, context, compiled=False):
+    model.zero_grad()
+    forward = torch.compile(model, dynamic=True) if compiled else model
+    with context, torch.autocast("cpu", dtype=torch.bfloat16):
+        forward(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def relative_differences(a, b):
+    return [((a[n] - b[n]).norm() / b[n].norm()).item() for n in b]
+
+
+def backward_calls(run) -> int:
+    with torch.profiler.profile() as profiler:
+        run()
+    return sum(e.count for e in profiler.key_averages()
+               if e.key == "advrag::causal_attention_backward")
+
+
+def test_a_bf16_update_runs_the_kernel_inside_amx_attention_only():
+    from contextlib import nullcontext
+
+    model, ids = tiny_llama(), torch.randint(0, 97, (2, 150))
+    sdpa = update_gradients(model, ids, nullcontext())
+    grads = {}
+    calls = backward_calls(lambda: grads.update(
+        update_gradients(model, ids, attention.amx_attention(model))))
+    assert calls == 2  # one per layer
+    assert model.config._attn_implementation == "sdpa"  # restored
+    assert max(relative_differences(grads, sdpa)) < 0.02  # bf16-sized, not a different function
+    assert max(relative_differences(grads, sdpa)) > 0  # another kernel did run
+    assert backward_calls(lambda: update_gradients(model, ids, nullcontext())) == 0
+
+
+def test_a_compiled_update_keeps_the_kernel_as_one_op():
+    model, ids = tiny_llama(), torch.randint(0, 97, (2, 150))
+    eager = update_gradients(model, ids, attention.amx_attention(model))
+    update_gradients(model, ids, attention.amx_attention(model), compiled=True)  # compiles
+    compiled = {}
+    calls = backward_calls(lambda: compiled.update(
+        update_gradients(model, ids, attention.amx_attention(model), compiled=True)))
+    assert calls == 2
+    assert max(relative_differences(compiled, eager)) < 0.02
+
+
+def test_calls_it_does_not_cover_are_sdpas_own():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model = tiny_llama(head_size=32)  # head size 32: not the kernel's
+    module = model.model.layers[0].self_attn
+    torch.manual_seed(1)
+    q = torch.randn(1, 2, 40, 32, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(1, 1, 40, 32, dtype=torch.bfloat16) for _ in range(2))
+    mask = torch.ones(1, 1, 40, 40, dtype=torch.bool).tril()
+    for args in [(q, k, v, None), (q.detach(), k, v, None)]:
+        got, _ = attention.attention_forward(module, *args, scaling=32 ** -0.5)
+        want, _ = sdpa_attention_forward(module, *args, scaling=32 ** -0.5)
+        assert torch.equal(got, want)
+    q64 = torch.randn(1, 2, 40, 64, dtype=torch.bfloat16, requires_grad=True)
+    k64, v64 = (torch.randn(1, 1, 40, 64, dtype=torch.bfloat16) for _ in range(2))
+    fp32 = (q64.float(), k64.float(), v64.float())
+    assert attention.covered(q64, k64, v64, None, 0.0, None)
+    assert not attention.covered(q64, k64, v64, mask, 0.0, None)  # a mask
+    assert not attention.covered(*fp32, None, 0.0, None)  # fp32 without autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert attention.covered(*fp32, None, 0.0, None)  # bf16 autocast casts them
+    assert not attention.covered(q64, k64, v64, None, 0.1, None)  # dropout
+    assert not attention.covered(q64, k64, v64, None, 0.0, False)  # not causal
+    assert not attention.covered(q64.detach(), k64, v64, None, 0.0, None)  # no gradient wanted
+    with torch.no_grad():
+        assert not attention.covered(q64, k64, v64, None, 0.0, None)
+
+
+def test_a_bf16_policy_attends_through_the_kernel_while_it_trains():
+    from advrag.engines.local.policy import TrainablePolicy
+
+    policy = TrainablePolicy(tiny_llama(), keep_reference=False, cpu_bf16=True)
+    assert policy.uses_bf16()
+    with policy.training():
+        assert policy.model.config._attn_implementation == attention.ATTENTION_NAME
+    assert policy.model.config._attn_implementation == "sdpa"
+    narrow = tiny_llama(head_size=32)
+    with attention.amx_attention(narrow):  # heads of 32: not the kernel's, left as they are
+        assert narrow.config._attn_implementation == "sdpa"
