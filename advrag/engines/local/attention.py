@@ -47,7 +47,8 @@ def kernel():
         return None  # torch.utils.cpp_extension builds with $CXX, else c++
     from torch.utils.cpp_extension import load
 
-    log.info("building the AMX attention backward (once, about 40 s)")
+    print("AMX attention backward: loading the kernel (compiled on this machine's first use, "
+          "40-55 s, then cached)", flush=True)
     flags = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
              "-mavx512bf16", "-mfma", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"]
     try:
