@@ -22,10 +22,11 @@ flash kernel — against ``eager``):
   that predict a policy token (``logprobs.scored_logits``);
 - ``+ fused LoRA``: LoRA layers add their scaled output into the base output in
   one in-place ``addmm_`` (``policy.fused_lora_forward``) instead of peft's
-  forward, which the ways above run: the default update (with ``--full`` the
-  same as the way above: no LoRA layers);
+  forward, which the ways above run (with ``--full`` the same as the way above:
+  no LoRA layers);
 - ``+ AMX attention``: attention's backward on AMX block matmuls
-  (``attention.causal_attention``; on a CPU without AMX the same as the way above);
+  (``amx_attention: true``, ``attention.causal_attention``): the default eager
+  update (on a CPU without AMX the same as the way above);
 - ``+ compiled layers``: the decoder layers through ``torch.compile``
   (``compile_update: true``; its one-off compile falls in the warm-up round).
 
@@ -41,7 +42,6 @@ import argparse
 import json
 import statistics
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -120,13 +120,6 @@ def use_fused_lora(fused_forwards: dict, fused: bool) -> None:
             layer.__dict__.pop("forward", None)
 
 
-def use_amx_attention(policy_module, amx: bool) -> None:
-    """Let updates attend through the AMX backward (``attention.amx_attention``) or not."""
-    from advrag.engines.local.attention import amx_attention
-
-    policy_module.amx_attention = amx_attention if amx else (lambda model: nullcontext())
-
-
 def head_everywhere(model, batch, rows, cols):
     """The former LM head: logits at every position, the scored ones picked afterwards."""
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
@@ -148,7 +141,6 @@ def main() -> None:
             for name in args.ways for attn in args.attn}
 
     from advrag.engines.local import logprobs
-    from advrag.engines.local import policy as policy_module
     from advrag.engines.local import trainer as trainer_module
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
@@ -173,7 +165,7 @@ def main() -> None:
         for name, (grouping, old_pass, scored_head, fused, amx, compiled, attn) in ways.items():
             loaded.model.set_attn_implementation(attn)
             use_fused_lora(fused_forwards, fused)
-            use_amx_attention(policy_module, amx)
+            policy.amx_attention = amx
             policy.compile_update = compiled
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]

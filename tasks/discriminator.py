@@ -26,7 +26,7 @@ def load_discriminator(config: DiscriminatorSFTConfig, base: str) -> tuple:
     seed_everything(config.seed)  # the adapter's initialisation draws random numbers
     loaded = load_policy(base, dtype="float32")
     policies = shared_lora_policies(loaded.model, config.lora, names=(ADAPTER,),
-                                    cpu_bf16=config.cpu_bf16)
+                                    cpu_bf16=config.cpu_bf16, amx_attention=config.amx_attention)
     return policies[ADAPTER], loaded.tokenizer
 
 

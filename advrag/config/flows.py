@@ -203,8 +203,8 @@ class RLRunConfig(Strict):
     """Settings every RL training flow shares (the local engine on the offline world).
 
     ``RUN_CONTROL`` names the fields a resumed run may change (how long and where it
-    runs, on which rollout engine, whether its update runs compiled, what it is logged
-    and registered as); every other field must match the
+    runs, on which rollout engine, whether its update runs compiled or with the AMX
+    attention backward, what it is logged and registered as); every other field must match the
     checkpoint's (``config_hash`` without them).
     """
 
@@ -212,13 +212,18 @@ class RLRunConfig(Strict):
         "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
         "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
         "world_dir", "index_dir", "rollout_backend", "registered_discriminator",
-        "benchmark_base", "compile_update"})
+        "benchmark_base", "compile_update", "amx_attention"})
 
     lora: LoraSettings | None = Field(
         default_factory=lambda: LoraSettings(r=16, alpha=32),
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
+    amx_attention: bool = Field(
+        True, description="bf16 updates on a CPU with AMX run attention's backward on AMX block "
+        "matmuls (heads of 64; built on first use with the system's C++ compiler, 40-55 s once); "
+        "false = SDPA's everywhere. Elsewhere it changes nothing.",
+    )
     compile_update: bool | Literal["auto"] = Field(
         "auto", description="Run the update's decoder layers through torch.compile (needs a C++ "
         "compiler on a CPU): a one-off compile of about half a minute (seconds once inductor's "

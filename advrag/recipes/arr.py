@@ -67,12 +67,13 @@ class ArrRecipe(Recipe):
         compiled = update_compiled(c, [p.model for p in loaded.values()], self.trained_sequences())
         if c.policies == "shared_lora":
             policies = d.shared_lora_policies(loaded["reasoner"].model, c.lora,
-                                              cpu_bf16=c.cpu_bf16, compile_update=compiled)
+                                              cpu_bf16=c.cpu_bf16, compile_update=compiled,
+                                              amx_attention=c.amx_attention)
             loaded["verifier"] = loaded["reasoner"]
         else:
             policies = d.separate_policies(
                 {name: p.model for name, p in loaded.items()}, c.lora, cpu_bf16=c.cpu_bf16,
-                compile_update=compiled,
+                compile_update=compiled, amx_attention=c.amx_attention,
                 keep_reference=any(x.kl_coef > 0 for x in configs.values()))
         tokenizers = {name: p.tokenizer for name, p in loaded.items()}
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)

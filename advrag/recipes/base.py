@@ -169,7 +169,7 @@ def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bo
 
     loaded = load_policy(model_spec, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=keep_reference,
-                             cpu_bf16=config.cpu_bf16,
+                             cpu_bf16=config.cpu_bf16, amx_attention=config.amx_attention,
                              compile_update=update_compiled(config, [loaded.model], sequences))
     return policy, loaded.tokenizer
 

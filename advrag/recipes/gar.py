@@ -64,7 +64,7 @@ class GarRecipe(Recipe):
         loaded = load_policy(start_model, dtype="float32")
         names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
         policies = d.shared_lora_policies(
-            loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16,
+            loaded.model, c.lora, names=names, cpu_bf16=c.cpu_bf16, amx_attention=c.amx_attention,
             compile_update=update_compiled(c, [loaded.model], self.trained_sequences()))
         if c.discriminator_adapter is not None and "discriminator" in policies:
             policies["discriminator"].load_weights(c.discriminator_adapter)

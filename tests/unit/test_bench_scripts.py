@@ -117,22 +117,5 @@ def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkey
     assert all(layer.forward.__func__ is fused_lora_forward for layer in forwards)
     assert [name for name, way in WAYS.items() if way[3]] == ["+ fused LoRA", "+ AMX attention",
                                                               "+ compiled layers"]
-
-
-def test_the_update_benchmark_switches_the_amx_attention(monkeypatch):
-    """The ``+ AMX attention`` way and later ones install ``amx_attention``; earlier ones a no-op."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    from bench_update import WAYS, use_amx_attention
-
-    from advrag.engines.local import attention
-    from advrag.engines.local import policy as policy_module
-
-    monkeypatch.setattr(policy_module, "amx_attention", policy_module.amx_attention)
-    use_amx_attention(policy_module, False)
-    assert policy_module.amx_attention is not attention.amx_attention
-    with policy_module.amx_attention(None):  # takes the model, does nothing
-        pass
-    use_amx_attention(policy_module, True)
-    assert policy_module.amx_attention is attention.amx_attention
     assert [name for name, way in WAYS.items() if way[4]] == ["+ AMX attention",
                                                               "+ compiled layers"]

@@ -222,6 +222,7 @@ def test_a_resumed_run_may_compile_its_update_but_not_change_its_sampling():
 
     base = TrainFlowConfig()
     assert settings(base.model_copy(update={"compile_update": True})) == settings(base)
+    assert settings(base.model_copy(update={"amx_attention": False})) == settings(base)
     assert settings(base.model_copy(update={"temperature": 0.7})) != settings(base)
 
 

@@ -54,7 +54,7 @@ class AdapterPolicy(TrainablePolicy):
     """One named LoRA adapter of a shared peft model, seen as a ``TrainablePolicy``."""
 
     def __init__(self, peft_model: nn.Module, name: str, *, bf16: bool = True,
-                 cpu_bf16: bool = False, compile_update: bool = False):
+                 cpu_bf16: bool = False, compile_update: bool = False, amx_attention: bool = True):
         """View adapter ``name`` of ``peft_model`` (built by ``shared_lora_policies``)."""
         if name not in peft_model.peft_config:
             raise ValueError(f"the model has no adapter {name!r}; it has {list(peft_model.peft_config)}")
@@ -65,6 +65,7 @@ class AdapterPolicy(TrainablePolicy):
         self.bf16 = bf16
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
         self.compile_update = compile_update
+        self.amx_attention = amx_attention
         self._compiled_layers = None
 
     def activate(self) -> None:
@@ -119,7 +120,8 @@ class AdapterPolicy(TrainablePolicy):
 
 
 def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequence[str] = AGENTS,
-                         cpu_bf16: bool = False, compile_update: bool = False
+                         cpu_bf16: bool = False, compile_update: bool = False,
+                         amx_attention: bool = True
                          ) -> dict[str, AdapterPolicy]:
     """One LoRA adapter per name on ``model`` (wrapped in place); a policy view for each."""
     if compile_update:
@@ -129,17 +131,18 @@ def shared_lora_policies(model: nn.Module, lora: LoraSettings, *, names: Sequenc
     for name in names[1:]:
         peft_model.add_adapter(name, lora_config(lora))
     peft_model.eval()
-    return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16,
-                                compile_update=compile_update) for name in names}
+    return {name: AdapterPolicy(peft_model, name, cpu_bf16=cpu_bf16, compile_update=compile_update,
+                                amx_attention=amx_attention) for name in names}
 
 
 def separate_policies(models: Mapping[str, nn.Module], lora: LoraSettings | None, *,
                       keep_reference: bool = True, cpu_bf16: bool = False,
-                      compile_update: bool = False) -> dict[str, TrainablePolicy]:
+                      compile_update: bool = False,
+                      amx_attention: bool = True) -> dict[str, TrainablePolicy]:
     """An independent ``TrainablePolicy`` (full or LoRA) on each agent's own model."""
     return {
         name: TrainablePolicy(model, lora=lora, keep_reference=keep_reference, cpu_bf16=cpu_bf16,
-                              compile_update=compile_update)
+                              compile_update=compile_update, amx_attention=amx_attention)
         for name, model in models.items()
     }
 

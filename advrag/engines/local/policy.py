@@ -340,6 +340,7 @@ class TrainablePolicy:
         cpu_bf16: bool = False,
         keep_reference: bool = True,
         compile_update: bool = False,
+        amx_attention: bool = True,
     ):
         """Wrap ``model`` (moved to its device already).
 
@@ -352,6 +353,8 @@ class TrainablePolicy:
                 term (set False when ``kl_coef`` is 0 to save the memory).
             compile_update: run the decoder layers through ``torch.compile``
                 inside ``training()`` (a one-off compile; faster updates after).
+            amx_attention: bf16 updates on an AMX CPU take attention's AMX backward
+                (``attention.amx_attention``); False keeps SDPA's.
         """
         if compile_update:
             check_compilable(model)  # fails now, before any change, not at the first update
@@ -366,6 +369,7 @@ class TrainablePolicy:
         self.bf16 = bf16
         self.cpu_bf16 = cpu_bf16 and _native_cpu_bf16()
         self.compile_update = compile_update
+        self.amx_attention = amx_attention
         self._compiled_layers: list[nn.Module] | None = None
 
     @property
@@ -392,13 +396,14 @@ class TrainablePolicy:
 
         Under bf16 the trainable linear weights run from one bf16 copy for the
         whole body (``trainable_weights_in_bf16``): step the optimizer after it;
-        on an AMX CPU attention's backward runs ``attention.causal_attention``'s kernel.
+        on an AMX CPU attention's backward runs ``attention.causal_attention``'s kernel
+        (unless ``amx_attention`` is off).
         With ``compile_update`` the decoder layers run compiled in the body.
         """
         bf16_copies = trainable_weights_in_bf16(self.model) if self.uses_bf16() else nullcontext()
         compiled = self._layers_compiled() if self.compile_update else nullcontext()
-        amx = amx_attention(self.model) if self.uses_bf16() and self.device.type == "cpu" \
-            else nullcontext()
+        amx = amx_attention(self.model) if self.amx_attention and self.uses_bf16() \
+            and self.device.type == "cpu" else nullcontext()
         self.model.train()
         try:
             with bf16_copies, compiled, amx:
