@@ -53,6 +53,23 @@ def _merged(layer: nn.Module, base_weight: Tensor, only: str | None) -> Tensor:
     return merged
 
 
+def is_lora_linear(module: nn.Module) -> bool:
+    """Whether ``module`` is a peft LoRA linear layer (not a subclass such as a quantised one)."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    return type(module) is LoraLinear
+
+
+def plain_lora_adapter(layer: nn.Module, adapter: str) -> bool:
+    """Whether ``adapter`` on ``layer`` is plain LoRA, ``scaling·B·A`` and nothing else: a LoRA
+    linear layer without fan-in-fan-out weights, the adapter with no variant (DoRA) and no
+    bias on B."""
+    variants = getattr(layer, "lora_variant", {})  # peft >= 0.15; DoRA before
+    return (is_lora_linear(layer) and not layer.fan_in_fan_out and adapter in layer.lora_A
+            and adapter not in variants and not layer.use_dora.get(adapter)
+            and layer.lora_B[adapter].bias is None)
+
+
 def _add_delta(layer: nn.Module, adapter: str, merged: Tensor) -> None:
     """Add ``adapter``'s ``scaling·B·A`` into ``merged`` in place.
 
@@ -60,15 +77,10 @@ def _add_delta(layer: nn.Module, adapter: str, merged: Tensor) -> None:
     ``addmm_`` (peft's ``get_delta_weight`` makes the product, scales it and adds
     it in three passes over the weight); any other layer takes peft's delta.
     """
-    from peft.tuners.lora import Linear as LoraLinear
-
-    factors = (layer.lora_B[adapter].weight, layer.lora_A[adapter].weight) \
-        if adapter in layer.lora_A else ()
-    plain = (type(layer) is LoraLinear and not layer.fan_in_fan_out
-             and not getattr(layer, "lora_variant", {}).get(adapter)
-             and all(f.dtype == merged.dtype for f in factors))
-    if plain:
-        merged.addmm_(*factors, alpha=layer.scaling[adapter])
+    if plain_lora_adapter(layer, adapter) and all(
+            f.weight.dtype == merged.dtype for f in (layer.lora_A[adapter], layer.lora_B[adapter])):
+        merged.addmm_(layer.lora_B[adapter].weight, layer.lora_A[adapter].weight,
+                      alpha=layer.scaling[adapter])
     else:
         merged += layer.get_delta_weight(adapter)  # one rounding to merged.dtype, as peft merges
 

@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def amx_cpu() -> bool:
-    """Whether this CPU runs AMX bf16 tiles and AVX512-BF16 (the kernel's instructions)."""
-    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    return {"amx_bf16", "amx_tile", "avx512_bf16"} <= set(flags)
+    """Whether this CPU runs AMX tiles and AVX512-BF16 (the kernel's instructions), as torch
+    detects them (AMX also needs the OS to grant its tile state, which torch requests)."""
+    return torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()
 
 
 @functools.cache

@@ -57,6 +57,7 @@ from advrag.config.engine import LoraSettings
 from advrag.engines.local.attention import amx_attention
 from advrag.engines.local.logprobs import KernelChoosingLayer, sequence_logprobs, token_logprobs
 from advrag.engines.local.tokenize import Batch
+from advrag.engines.weights import is_lora_linear, plain_lora_adapter
 
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -85,9 +86,7 @@ def wrap_lora(model: nn.Module, lora: LoraSettings, adapter_name: str = "default
 
 def lora_linear_layers(model: nn.Module) -> list[nn.Module]:
     """The peft LoRA linear layers of ``model``."""
-    from peft.tuners.lora import Linear as LoraLinear
-
-    return [module for module in model.modules() if type(module) is LoraLinear]
+    return [module for module in model.modules() if is_lora_linear(module)]
 
 
 def with_fused_lora_forward(peft_model: nn.Module) -> nn.Module:
@@ -130,12 +129,10 @@ def _plain_lora(layer: nn.Module, x: Tensor) -> bool:
     """Whether ``layer``'s active adapters are plain, unmerged, enabled LoRA on a linear map
     whose base and adapter outputs share a dtype (autocast on, or one weight dtype)."""
     active = [name for name in layer.active_adapters if name in layer.lora_A]
-    variants = getattr(layer, "lora_variant", {})  # peft >= 0.15; DoRA before
     dtypes = {layer.base_layer.weight.dtype} | {layer.lora_A[name].weight.dtype for name in active} \
         | {layer.lora_B[name].weight.dtype for name in active}
-    return (not layer.disable_adapters and not layer.merged and not layer.fan_in_fan_out
-            and not any(name in variants or layer.use_dora.get(name) for name in active)
-            and all(layer.lora_B[name].bias is None for name in active)
+    return (not layer.disable_adapters and not layer.merged
+            and all(plain_lora_adapter(layer, name) for name in active)
             and (torch.is_autocast_enabled(x.device.type) or len(dtypes) == 1))
 
 
