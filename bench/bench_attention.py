@@ -1,4 +1,4 @@
-"""CPU attention kernels by micro-batch width: SDPA's math and flash kernels, and the AMX backward.
+"""CPU attention kernels by micro-batch width: SDPA's math and flash kernels, and the AMX kernels.
 
     python bench/bench_attention.py [--widths 64 128 256 512 1024] [--repeats 3]
 
@@ -6,7 +6,7 @@ One forward + backward of SmolLM2-135M with LoRA r=16 under bf16 autocast (the
 update's pass: log-probs of the last 32 positions), 4 rows per micro-batch,
 causal without a mask (as the update runs right-padded rows), with SDPA's flash
 kernel, its math kernel, and — on a CPU with AMX — ``attention.amx_attention``
-(aten's flash forward, the AMX backward), interleaved. The math/flash crossover
+(forward and backward on AMX), interleaved. The math/flash crossover
 sets ``logprobs.MATH_ATTENTION_MAX_WIDTH`` (math below it, the default above).
 Writes ``bench/results/attention.json``.
 """
@@ -43,7 +43,7 @@ def lora_policy():
 
 def pass_seconds(policy, width: int, kernel: SDPBackend | None) -> float:
     """Seconds of one forward + backward over 4 rows of ``width`` tokens (``kernel`` None:
-    the AMX backward)."""
+    the AMX kernels)."""
     from advrag.engines.local.attention import amx_attention
 
     ids = torch.randint(100, 40_000, (4, width))

@@ -1,6 +1,6 @@
-"""The AMX attention backward (``advrag.engines.local.attention``) against SDPA's gradients.
+"""The AMX attention kernels (``advrag.engines.local.attention``) against SDPA's.
 
-Its errors against an fp32 reference must be no larger than SDPA's own bf16 errors (each
+Outputs and gradients: errors against an fp32 reference no larger than SDPA's own bf16 errors (each
 computes in bf16 with fp32 accumulation, so neither is exact); calls it does not cover
 must be SDPA's, unchanged. Built once per machine (about 40 s)."""
 
@@ -36,8 +36,8 @@ def errors(got, exact):
     return [((g.float() - e).norm() / e.norm()).item() for g, e in zip(got, exact, strict=True)]
 
 
-@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 200])
-def test_gradients_are_as_close_to_fp32_as_sdpas(length):
+@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 200, 300, 600])
+def test_outputs_and_gradients_are_as_close_to_fp32_as_sdpas(length):
     torch.manual_seed(length)
     q, k, v = (torch.randn(2, 3, length, 64, dtype=torch.bfloat16) for _ in range(3))
     grad_out = torch.randn(2, 3, length, 64, dtype=torch.bfloat16)
@@ -49,8 +49,12 @@ def test_gradients_are_as_close_to_fp32_as_sdpas(length):
     for ours_error, sdpa_error in zip(errors(ours, exact), errors(sdpa, exact), strict=True):
         assert ours_error <= max(1.1 * sdpa_error, 1e-6)
     out, logsumexp = attention.causal_attention(q, k, v, SCALE)
-    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert logsumexp.shape == (2, 3, length) and logsumexp.dtype == torch.float32
+    exact_out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    sdpa_out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert errors([out], [exact_out]) <= [max(1.1 * errors([sdpa_out], [exact_out])[0], 1e-6)]
+    scores = (q.float() @ k.float().transpose(-1, -2) * SCALE).masked_fill(
+        torch.ones(length, length, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(logsumexp, scores.logsumexp(-1), rtol=0, atol=1e-4)
 
 
 def tiny_llama(head_size: int = 64) -> LlamaForCausalLM:

@@ -1,11 +1,15 @@
-// Backward of causal attention (bf16, head size 64) on AMX block matmuls (ATen's cpublas::brgemm).
+// Causal attention (bf16, head size 64) on AMX block matmuls (ATen's cpublas::brgemm).
 //
-// Flash-attention's backward, by blocks of 64 keys x 64 queries: the probabilities are recomputed
-// from the forward's log-sum-exp. Each block is computed transposed (S^T = K_j Q_i^T), so P^T and
-// dS^T are row-major left operands of dV_j += P^T dO_i and dK_j += dS^T Q_i, and dQ^T accumulates
-// K_j^T dS^T: no transposes inside the loop. Accumulation in fp32; P and dS rounded to bf16 for
-// their matmuls, as the flash kernels do. Parallel over (batch, head); build with -fopenmp
-// (at::parallel_for is inline: without OpenMP it runs on one thread).
+// Forward: flash-attention's, each block of 64 queries against its keys in chunks of up to 256
+// (S = Q K^T for the chunk, an online softmax that rescales the running output, O += P V as one
+// product over the chunk's keys), output and log-sum-exp from fp32 sums.
+// Backward: flash-attention's, by blocks of 64 keys x 64 queries: the probabilities are
+// recomputed from the forward's log-sum-exp. Each block is computed transposed (S^T = K_j Q_i^T),
+// so P^T and dS^T are row-major left operands of dV_j += P^T dO_i and dK_j += dS^T Q_i, and dQ^T
+// accumulates K_j^T dS^T: no transposes inside the loop.
+// Both: P and dS rounded to bf16 for their matmuls, as the flash kernels do. Parallel over
+// (batch, head); build with -fopenmp (at::parallel_for is inline: without OpenMP it runs on one
+// thread).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -24,6 +28,7 @@ namespace cpublas = at::native::cpublas;
 
 constexpr int64_t BLOCK = 64;  // keys and queries per block
 constexpr int64_t HEAD = 64;   // head size
+constexpr int64_t CHUNK = 256; // keys per step of the forward's online softmax
 static_assert(BLOCK == HEAD, "square blocks as wide as a head: one brgemm shape for every product");
 
 namespace {
@@ -104,19 +109,138 @@ Workspace& workspace(int64_t padded) {
   return w;
 }
 
+// Lanes of keys [key, key + 16) that query `query` sees, where the diagonal block starts at key
+// `diagonal_from` (all lanes before it; none past the query on it).
+inline __mmask16 seen_lanes(int64_t query, int64_t key, int64_t diagonal_from) {
+  const int64_t seen = query - (key - diagonal_from) + 1;
+  if (key < diagonal_from || seen >= 16) return static_cast<__mmask16>(0xFFFFu);
+  return static_cast<__mmask16>(seen <= 0 ? 0u : (1u << seen) - 1u);
+}
+
+// One query block's scores for `keys` keys -> probabilities, online (flash-attention's forward):
+// each row's running max and sum are updated, its accumulated output rescaled by
+// exp(max_old - max_new), and P = exp(scale * (S - max_new)) written in bf16 for P V. Where the
+// keys end with the diagonal block, its keys after each query are hidden (P = 0).
+void online_softmax(const float* s, int64_t keys, bool diagonal, float scale, float* max,
+                    float* sum, float* acc, BFloat16* p) {
+  const int64_t diagonal_from = diagonal ? keys - BLOCK : keys;
+  const __m512 hidden = _mm512_set1_ps(-INFINITY);
+  for (int64_t query = 0; query < BLOCK; ++query) {  // the max is of raw scores (scale > 0)
+    const float* row = s + query * CHUNK;
+    __m512 top = hidden;
+    for (int64_t key = 0; key < keys; key += fVec::size())
+      top = _mm512_mask_max_ps(top, seen_lanes(query, key, diagonal_from), top,
+                               _mm512_loadu_ps(row + key));
+    const float new_max = std::max(max[query], _mm512_reduce_max_ps(top));
+    const float rescale = std::exp(scale * (max[query] - new_max));  // 0 on the first keys
+    const fVec vscale(scale), shift(-scale * new_max);
+    fVec total(0.f);
+    for (int64_t key = 0; key < keys; key += fVec::size()) {
+      fVec e = at::vec::fmadd(fVec::loadu(row + key), vscale, shift).exp_u20();
+      e = fVec(_mm512_maskz_mov_ps(seen_lanes(query, key, diagonal_from), __m512(e)));
+      total = total + e;
+      store_bf16(p + query * CHUNK + key, e);
+    }
+    sum[query] = sum[query] * rescale + _mm512_reduce_add_ps(__m512(total));
+    max[query] = new_max;
+    for (int64_t c = 0; c < HEAD; c += fVec::size())
+      (fVec::loadu(acc + query * HEAD + c) * fVec(rescale)).store(acc + query * HEAD + c);
+  }
+}
+
+struct ForwardWorkspace {
+  std::array<std::vector<BFloat16>, 4> rows;  // Q, K (then V), K^T packed, V packed: (padded, HEAD)
+  std::vector<BFloat16> scratch, p;           // BLOCK x BLOCK, BLOCK x CHUNK
+  std::vector<float> s, acc, max, sum;        // BLOCK x CHUNK, BLOCK x HEAD, BLOCK, BLOCK
+};
+
+ForwardWorkspace& forward_workspace(int64_t padded) {
+  thread_local ForwardWorkspace w;
+  for (auto& x : w.rows) x.resize(std::max<size_t>(x.size(), padded * HEAD));
+  w.scratch.resize(BLOCK * BLOCK);
+  w.p.resize(BLOCK * CHUNK);
+  w.s.resize(BLOCK * CHUNK);
+  w.acc.resize(BLOCK * HEAD);
+  w.max.resize(BLOCK);
+  w.sum.resize(BLOCK);
+  return w;
+}
+
+void check_inputs(std::initializer_list<const at::Tensor*> xs, const at::Tensor& q,
+                  const char* name) {
+  for (const at::Tensor* x : xs) {
+    TORCH_CHECK(x->scalar_type() == at::kBFloat16 && x->dim() == 4 && x->sizes() == q.sizes() &&
+                    x->size(3) == HEAD && x->stride(3) == 1 && x->device().is_cpu(),
+                name, " takes bf16 CPU tensors (batch, heads, len, 64) of one shape with "
+                "contiguous rows");
+  }
+  TORCH_CHECK(cpublas::could_pack(at::kBFloat16), name, " needs AMX");
+}
+
 }  // namespace
+
+// Causal attention: the output, (batch, heads, len, 64) laid out as (batch, len, heads, 64), and
+// the log-sum-exp of each query's scaled scores, (batch, heads, len) fp32.
+std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, double scale) {
+  check_inputs({&q, &k, &v}, q, "causal_attention_forward");
+  const int64_t batch = q.size(0), heads = q.size(1), len = q.size(2);
+  const int64_t blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
+  auto out = at::empty({batch, len, heads, HEAD}, q.options()).transpose(1, 2);
+  auto lse = at::empty({batch, heads, len}, q.options().dtype(at::kFloat));
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    ForwardWorkspace& w = forward_workspace(padded);
+    auto& [Q, K, KT_p, V_p] = w.rows;
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads, h = bh % heads;
+      gather(q, b, h, len, padded, Q.data());
+      gather(k, b, h, len, padded, K.data());
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t at = blk * BLOCK * HEAD;
+        transpose(K.data() + at, w.scratch.data());
+        pack(w.scratch.data(), KT_p.data() + at);
+      }
+      gather(v, b, h, len, padded, K.data());  // K's rows are packed: its buffer takes V's
+      for (int64_t blk = 0; blk < blocks; ++blk) pack(K.data() + blk * BLOCK * HEAD,
+                                                      V_p.data() + blk * BLOCK * HEAD);
+      float* lse_rows = lse.data_ptr<float>() + bh * len;
+      for (int64_t i = 0; i < blocks; ++i) {  // queries
+        std::fill(w.max.begin(), w.max.end(), -INFINITY);
+        std::fill(w.sum.begin(), w.sum.end(), 0.f);
+        std::fill(w.acc.begin(), w.acc.end(), 0.f);
+        const int64_t seen = (i + 1) * BLOCK;  // keys at or before the block's queries
+        for (int64_t first = 0; first < seen; first += CHUNK) {
+          const int64_t keys = std::min(CHUNK, seen - first);
+          for (int64_t j = 0; j < keys; j += BLOCK)
+            cpublas::brgemm(BLOCK, BLOCK, HEAD, HEAD, BLOCK, CHUNK, false,
+                            Q.data() + i * BLOCK * HEAD, KT_p.data() + (first + j) * HEAD,
+                            w.s.data() + j, true);
+          online_softmax(w.s.data(), keys, first + keys == seen, static_cast<float>(scale),
+                         w.max.data(), w.sum.data(), w.acc.data(), w.p.data());
+          cpublas::brgemm(BLOCK, HEAD, keys, CHUNK, HEAD, HEAD, true, w.p.data(),
+                          V_p.data() + first * HEAD, w.acc.data(), true);
+        }
+        const int64_t rows = std::min(BLOCK, len - i * BLOCK);
+        for (int64_t r = 0; r < rows; ++r) {
+          lse_rows[i * BLOCK + r] = static_cast<float>(scale) * w.max[r] + std::log(w.sum[r]);
+          const fVec inverse(1.f / w.sum[r]);
+          BFloat16* row = out.data_ptr<BFloat16>() + b * out.stride(0) + h * out.stride(1) +
+                          (i * BLOCK + r) * out.stride(2);
+          for (int64_t c = 0; c < HEAD; c += fVec::size())
+            store_bf16(row + c, fVec::loadu(w.acc.data() + r * HEAD + c) * inverse);
+        }
+      }
+    }
+    cpublas::brgemm_release(true);
+  });
+  return {out, lse};
+}
 
 std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, const at::Tensor& out,
                                                   const at::Tensor& grad_out,
                                                   const at::Tensor& logsumexp, double scale) {
-  for (const at::Tensor* x : {&q, &k, &v, &out, &grad_out}) {
-    TORCH_CHECK(x->scalar_type() == at::kBFloat16 && x->dim() == 4 && x->sizes() == q.sizes() &&
-                    x->size(3) == HEAD && x->stride(3) == 1 && x->device().is_cpu(),
-                "causal_attention_backward takes bf16 CPU tensors (batch, heads, len, 64) of one "
-                "shape with contiguous rows");
-  }
-  TORCH_CHECK(cpublas::could_pack(at::kBFloat16), "causal_attention_backward needs AMX");
+  check_inputs({&q, &k, &v, &out, &grad_out}, q, "causal_attention_backward");
   const int64_t batch = q.size(0), heads = q.size(1), len = q.size(2);
   const int64_t blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
   auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
@@ -179,5 +303,6 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("causal_attention_forward", &causal_attention_forward);
   m.def("causal_attention_backward", &causal_attention_backward);
 }
