@@ -20,11 +20,10 @@ flash kernel — against ``eager``):
   log-probs are the detached current ones;
 - ``+ scored head``: the LM head, log-softmax and entropy only at the positions
   that predict a policy token (``logprobs.scored_logits``);
-- ``+ fused LoRA``: LoRA layers as one custom op (``policy.fused_lora_forward``,
-  ``lora_matmul``) that adds their scaled output into the base output in one
-  in-place ``addmm_`` and takes the adapters' gradients from contiguous operands,
-  instead of peft's forward, which the ways above run (with ``--full`` the same as
-  the way above: no LoRA layers);
+- ``+ fused LoRA``: LoRA layers add their scaled output into the base output in
+  one in-place ``addmm_`` (``policy.fused_lora_forward``) instead of peft's
+  forward, which the ways above run (with ``--full`` the same as the way above:
+  no LoRA layers);
 - ``+ AMX attention``: attention's forward and backward on AMX block matmuls
   (``amx_attention: true``, ``attention.causal_attention``): the default eager
   update (on a CPU without AMX the same as the way above);

@@ -220,9 +220,9 @@ class RLRunConfig(Strict):
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AMX run attention's backward on AMX block "
-        "matmuls (heads of 64; built on first use with the system's C++ compiler, 40-55 s once); "
-        "false = SDPA's everywhere. Elsewhere it changes nothing.",
+        True, description="bf16 updates on a CPU with AMX run attention's forward and backward on "
+        "AMX block matmuls (heads of 64; built on first use with the system's C++ compiler, "
+        "40-55 s once); false = SDPA's everywhere. Elsewhere it changes nothing.",
     )
     compile_update: bool | Literal["auto"] = Field(
         "auto", description="Run the update's decoder layers through torch.compile (needs a C++ "

@@ -60,9 +60,9 @@ class DiscriminatorSFTConfig(Strict):
                           "held-out loss; the best epoch's adapter is kept.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AMX run attention's backward on AMX block "
-        "matmuls (heads of 64; built on first use with the system's C++ compiler, 40-55 s once); "
-        "false = SDPA's everywhere. Elsewhere it changes nothing.",
+        True, description="bf16 updates on a CPU with AMX run attention's forward and backward on "
+        "AMX block matmuls (heads of 64; built on first use with the system's C++ compiler, "
+        "40-55 s once); false = SDPA's everywhere. Elsewhere it changes nothing.",
     )
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "
                                 "slices it cannot label are counted and dropped.")

@@ -19,13 +19,11 @@
   and peft's cast of LoRA inputs to fp32 (undone by autocast) is switched off.
   Trainable linear weights get one bf16 copy per update instead of a cast per
   micro-batch (``trainable_weights_in_bf16``, inside ``training()``).
-- LoRA layers run ``fused_lora_forward``: one custom op (``lora_matmul``) adds the
-  adapter's scaled output into the base output by one in-place ``addmm_`` (peft
-  scales and adds it in two more passes over the output, forward and backward),
-  casts the input once for both matmuls and takes the adapters' gradients from
-  contiguous operands: eager LoRA updates about 4 % faster on this project's CPU
-  for the ``addmm_``, 5 % more for the op; compiled ones unchanged (inductor fuses
-  peft's passes itself).
+- LoRA layers run ``fused_lora_forward``: the adapter's scaled output is added
+  into the base output by one in-place ``addmm_`` (peft scales and adds it in
+  two more passes over the output, forward and backward): eager LoRA updates
+  about 4 % faster on this project's CPU, compiled ones unchanged (inductor
+  fuses peft's passes itself).
 - Attention: in bf16 updates on an AMX CPU (heads of 64, causal, no mask) the
   forward and backward run on AMX block matmuls (``attention.amx_attention``, inside
   ``training()``): 1.3–1.7x and 2.4–3.9x SDPA's CPU flash kernels; elsewhere SDPA's.
@@ -58,7 +56,6 @@ from torch import Tensor, nn
 from advrag.config.engine import LoraSettings
 from advrag.engines.local.attention import amx_attention
 from advrag.engines.local.logprobs import KernelChoosingLayer, sequence_logprobs, token_logprobs
-from advrag.engines.local.lora_matmul import lora_linear
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.weights import is_lora_linear, plain_lora_adapter
 
@@ -101,45 +98,42 @@ def with_fused_lora_forward(peft_model: nn.Module) -> nn.Module:
 
 
 def fused_lora_forward(layer: nn.Module, x: Tensor, *args, **kwargs) -> Tensor:
-    """peft's LoRA linear forward, ``base(x) + scaling·B(A(x))``, as one custom op
-    (``lora_matmul.lora_linear``) whose backward takes each gradient from contiguous operands.
+    """peft's LoRA linear forward, ``base(x) + scaling·B(A(dropout(x)))``, with the scaling and
+    the sum done inside one ``addmm`` instead of two passes over the output.
 
-    The adapter's scaled output goes into the base output by one in-place
-    ``addmm_`` (peft scales it and adds it in two more passes over the output,
-    forward and backward), the input is cast to the compute dtype once for both
-    matmuls, and a compiled update keeps the layer as one call. Taken by one
-    active plain LoRA adapter without dropout on a frozen base whose weights share
-    a dtype with it (or under autocast); anything else (disabled, merged or
-    several active adapters, DoRA and other variants, a bias on B, fan-in-fan-out
-    weights, dropout, a base that trains, extra forward arguments) goes
-    through peft's own.
+    peft multiplies the whole ``B(A(x))`` output by ``scaling`` and then adds it
+    to the base output, in the forward and again in the backward: two extra
+    passes over a ``(tokens, out_features)`` tensor per adapted layer. Here
+    ``addmm_`` adds ``scaling·inner·Bᵀ`` into the base output in place (its
+    ``alpha``; the base linear map does not keep its output for the backward):
+    the same function with one rounding of the sum instead of two, and only the
+    rank-``r`` gradients scaled. Anything but plain LoRA
+    (disabled or merged adapters, DoRA and other variants, a bias on B,
+    fan-in-fan-out weights, extra forward arguments) goes through peft's own.
     """
-    adapter = _plain_lora(layer, x)
-    if args or kwargs or adapter is None:
+    if args or kwargs or not _plain_lora(layer, x):
         return type(layer).forward(layer, x, *args, **kwargs)
-    base = layer.base_layer
-    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) \
-        else base.weight.dtype
-    out = lora_linear(x, base.weight, layer.lora_A[adapter].weight, layer.lora_B[adapter].weight,
-                      layer.scaling[adapter], dtype)
-    return out if base.bias is None else out + base.bias.to(dtype)
+    rows = x.reshape(-1, x.shape[-1])  # 2-D throughout: addmm_ on a view would copy back
+    result = layer.base_layer(rows)
+    for name in layer.active_adapters:
+        if name not in layer.lora_A:
+            continue
+        inner = layer.lora_A[name](layer.lora_dropout[name](
+            layer._cast_input_dtype(rows, layer.lora_A[name].weight.dtype)))
+        lora_b = layer.lora_B[name].weight.to(result.dtype)  # autocast's cast, if any
+        result.addmm_(inner, lora_b.t(), alpha=layer.scaling[name])
+    return result.view(*x.shape[:-1], result.shape[-1])
 
 
-def _plain_lora(layer: nn.Module, x: Tensor) -> str | None:
-    """``layer``'s one active adapter where ``fused_lora_forward`` computes it: plain, unmerged,
-    enabled LoRA without dropout on a frozen base, base and adapter weights of one dtype
-    (or autocast on); else None."""
+def _plain_lora(layer: nn.Module, x: Tensor) -> bool:
+    """Whether ``layer``'s active adapters are plain, unmerged, enabled LoRA on a linear map
+    whose base and adapter outputs share a dtype (autocast on, or one weight dtype)."""
     active = [name for name in layer.active_adapters if name in layer.lora_A]
-    if layer.disable_adapters or layer.merged or len(active) != 1:
-        return None
-    name, base = active[0], layer.base_layer
-    dtypes = {base.weight.dtype, layer.lora_A[name].weight.dtype, layer.lora_B[name].weight.dtype}
-    frozen = not any(p.requires_grad for p in base.parameters())
-    dropout = layer.lora_dropout[name]
-    no_dropout = isinstance(dropout, nn.Identity) or not dropout.training or dropout.p == 0
-    plain = plain_lora_adapter(layer, name) and frozen and no_dropout \
-        and (torch.is_autocast_enabled(x.device.type) or len(dtypes) == 1)
-    return name if plain else None
+    dtypes = {layer.base_layer.weight.dtype} | {layer.lora_A[name].weight.dtype for name in active} \
+        | {layer.lora_B[name].weight.dtype for name in active}
+    return (not layer.disable_adapters and not layer.merged
+            and all(plain_lora_adapter(layer, name) for name in active)
+            and (torch.is_autocast_enabled(x.device.type) or len(dtypes) == 1))
 
 
 def _enable_activation_checkpointing(model: nn.Module) -> None:
@@ -356,7 +350,7 @@ class TrainablePolicy:
                 term (set False when ``kl_coef`` is 0 to save the memory).
             compile_update: run the decoder layers through ``torch.compile``
                 inside ``training()`` (a one-off compile; faster updates after).
-            amx_attention: bf16 updates on an AMX CPU take attention's AMX backward
+            amx_attention: bf16 updates on an AMX CPU take attention's AMX kernels
                 (``attention.amx_attention``); False keeps SDPA's.
         """
         if compile_update:
@@ -399,7 +393,7 @@ class TrainablePolicy:
 
         Under bf16 the trainable linear weights run from one bf16 copy for the
         whole body (``trainable_weights_in_bf16``): step the optimizer after it;
-        on an AMX CPU attention's backward runs ``attention.causal_attention``'s kernel
+        on an AMX CPU attention runs ``attention.causal_attention``'s kernels
         (unless ``amx_attention`` is off).
         With ``compile_update`` the decoder layers run compiled in the body.
         """
