@@ -93,7 +93,7 @@ def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
 
 
 WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions,
-    #               fused LoRA forward, AMX attention backward, compiled decoder layers)
+    #               fused LoRA forward, AMX attention kernels, compiled decoder layers)
     "before": ("batch order", True, False, False, False, False),
     "+ by length": ("by length", True, False, False, False, False),
     "+ one pass": ("by length", False, False, False, False, False),

@@ -204,7 +204,7 @@ class RLRunConfig(Strict):
 
     ``RUN_CONTROL`` names the fields a resumed run may change (how long and where it
     runs, on which rollout engine, whether its update runs compiled or with the AMX
-    attention backward, what it is logged and registered as); every other field must match the
+    attention kernels, what it is logged and registered as); every other field must match the
     checkpoint's (``config_hash`` without them).
     """
 

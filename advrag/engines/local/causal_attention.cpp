@@ -42,6 +42,12 @@ void pack(const BFloat16* in, BFloat16* out) {  // a 64 x 64 right operand into 
   cpublas::pack(BLOCK, HEAD, HEAD, HEAD, at::kBFloat16, at::kBFloat16, in, out);
 }
 
+// A block's transpose as a packed right operand (Q^T, dO^T, K^T), through a BLOCK x HEAD scratch.
+void pack_transposed(const BFloat16* in, BFloat16* scratch, BFloat16* out) {
+  transpose(in, scratch);
+  pack(scratch, out);
+}
+
 void matmul(const BFloat16* a, const BFloat16* packed_b, float* c, int64_t ld_c, bool add) {
   cpublas::brgemm(BLOCK, BLOCK, BLOCK, BLOCK, BLOCK, ld_c, add, a, packed_b, c, true);
 }
@@ -197,8 +203,7 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
       gather(k, b, h, len, padded, K.data());
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
-        transpose(K.data() + at, w.scratch.data());
-        pack(w.scratch.data(), KT_p.data() + at);
+        pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
       }
       gather(v, b, h, len, padded, K.data());  // K's rows are packed: its buffer takes V's
       for (int64_t blk = 0; blk < blocks; ++blk) pack(K.data() + blk * BLOCK * HEAD,
@@ -268,10 +273,8 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
       }
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
-        transpose(Q.data() + at, scratch.data());
-        pack(scratch.data(), QT_p.data() + at);
-        transpose(dO.data() + at, scratch.data());
-        pack(scratch.data(), dOT_p.data() + at);
+        pack_transposed(Q.data() + at, scratch.data(), QT_p.data() + at);
+        pack_transposed(dO.data() + at, scratch.data(), dOT_p.data() + at);
         transpose(K.data() + at, KT.data() + at);
         pack(dO.data() + at, dO_p.data() + at);
         pack(Q.data() + at, Q_p.data() + at);
