@@ -1,4 +1,4 @@
-"""One GRPO update on mixed-length rollouts, seven ways: what each change to the update buys.
+"""One GRPO update on mixed-length rollouts, eight ways: what each change to the update buys.
 
     python bench/bench_update.py [--batch 16] [--micro-batch 4] [--repeats 3]
                                  [--full] [--fp32] [--ways "+ scored head"] [--attn sdpa eager]
@@ -8,7 +8,7 @@ Trajectories are laid out as Search-R1 rollouts of world text (prompt, then
 64-token answer), so lengths differ as they do in a real step. The same
 ``LocalTrainer`` (SmolLM2-135M + LoRA r=16, bf16 where the CPU has it, the
 train config's micro-batch of 4; ``--full``: full fine-tuning instead of
-LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them seven ways (``--ways``: a subset), each adding one change
+LoRA; ``--fp32``: fp32 on any CPU, as ``cpu_bf16: false`` runs) updates on them eight ways (``--ways``: a subset), each adding one change
 to the previous, interleaved in one process (``--attn``: each way once per
 attention implementation of transformers, e.g. ``sdpa`` — its default, the CPU
 flash kernel — against ``eager``):
@@ -25,8 +25,12 @@ flash kernel — against ``eager``):
   forward, which the ways above run (with ``--full`` the same as the way above:
   no LoRA layers);
 - ``+ AMX attention``: attention's forward and backward on AMX block matmuls
-  (``amx_attention: true``, ``attention.causal_attention``): the default eager
-  update (on a CPU without AMX the same as the way above);
+  (``amx_attention: true``, ``attention.causal_attention``; on a CPU without AMX
+  the same as the way above);
+- ``+ packed rows``: each micro-batch's rows packed into one row without their
+  padding, attention within each row (``logprobs.packed_inputs``; it comes with
+  the AMX attention, so without AMX the same as the way above): the default
+  eager update;
 - ``+ compiled layers``: the decoder layers through ``torch.compile``
   (``compile_update: true``; its one-off compile falls in the warm-up round).
 
@@ -85,22 +89,26 @@ def in_batch_order(attention_mask: torch.Tensor, micro_batch_size: int) -> list[
 
 
 
-def computed_positions(trainer, trajectories, strategy, passes: int) -> int:
-    """Token positions ``passes`` forwards run over (each micro-batch padded to its longest)."""
+def computed_positions(trainer, trajectories, strategy, passes: int, packed: bool) -> int:
+    """Token positions ``passes`` forwards run over (each micro-batch padded to its longest, or
+    only its real tokens where rows are ``packed``)."""
     mask = trainer.encode(trajectories).attention_mask
+    if packed:
+        return passes * int(mask.sum())
     return passes * sum(len(index) * int(mask[index].sum(dim=1).max())
                         for index in strategy(mask, trainer.config.micro_batch_size))
 
 
 WAYS = {  # name: (micro-batching, separate old-log-prob pass, head only at scored positions,
-    #               fused LoRA forward, AMX attention kernels, compiled decoder layers)
-    "before": ("batch order", True, False, False, False, False),
-    "+ by length": ("by length", True, False, False, False, False),
-    "+ one pass": ("by length", False, False, False, False, False),
-    "+ scored head": ("by length", False, True, False, False, False),
-    "+ fused LoRA": ("by length", False, True, True, False, False),
-    "+ AMX attention": ("by length", False, True, True, True, False),
-    "+ compiled layers": ("by length", False, True, True, True, True),
+    #               fused LoRA forward, AMX attention kernels, packed rows, compiled layers)
+    "before": ("batch order", True, False, False, False, False, False),
+    "+ by length": ("by length", True, False, False, False, False, False),
+    "+ one pass": ("by length", False, False, False, False, False, False),
+    "+ scored head": ("by length", False, True, False, False, False, False),
+    "+ fused LoRA": ("by length", False, True, True, False, False, False),
+    "+ AMX attention": ("by length", False, True, True, True, False, False),
+    "+ packed rows": ("by length", False, True, True, True, True, False),
+    "+ compiled layers": ("by length", False, True, True, True, True, True),
 }
 
 
@@ -142,6 +150,7 @@ def main() -> None:
 
     from advrag.engines.local import logprobs
     from advrag.engines.local import trainer as trainer_module
+    from advrag.engines.local.attention import kernel
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
     from advrag.models.loading import load_policy
@@ -160,15 +169,18 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in ways}
     tokens = 0.0
     heads = {True: logprobs.scored_logits, False: head_everywhere}
+    packing = {True: logprobs._attention_takes_packed_rows, False: lambda _model: False}
     fused_forwards = lora_forwards(policy.model)
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, (grouping, old_pass, scored_head, fused, amx, compiled, attn) in ways.items():
+        for name, (grouping, old_pass, scored_head, fused, amx, packed, compiled,
+                   attn) in ways.items():
             loaded.model.set_attn_implementation(attn)
             use_fused_lora(fused_forwards, fused)
             policy.amx_attention = amx
             policy.compile_update = compiled
             logprobs.micro_batches = trainer_module.micro_batches = strategies[grouping]
             logprobs.scored_logits = heads[scored_head]
+            logprobs._attention_takes_packed_rows = packing[packed]
             start = time.perf_counter()
             inputs = trainer.prepare(trajectories, scores, groups, entropy_first=old_pass)
             tokens = trainer.learn(inputs).metrics["tokens"]
@@ -176,15 +188,18 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
     logprobs.micro_batches = trainer_module.micro_batches = strategies["by length"]
     logprobs.scored_logits = heads[True]
+    logprobs._attention_takes_packed_rows = packing[True]
     use_fused_lora(fused_forwards, True)
+    amx_runs = policy.uses_bf16() and kernel() is not None  # where the AMX ways pack rows
     precision = "bf16" if policy.cpu_bf16 else "fp32"  # the peak of what the update computes in
     peak = matmul_peak_gflops({"bf16": "bfloat16", "fp32": "float32"}[precision])
     rows = {}
-    for name, (grouping, old_pass, *_) in ways.items():
+    for name, (grouping, old_pass, _, _, amx, packed, *_) in ways.items():
         seconds = statistics.median(times[name])
         rows[name] = {"update_s": seconds, "real_tokens": tokens,
                       "forward_positions": computed_positions(
-                          trainer, trajectories, strategies[grouping], 1 + old_pass),
+                          trainer, trajectories, strategies[grouping], 1 + old_pass,
+                          packed and amx and amx_runs),
                       "gflops_6NT": 6 * n_params * tokens / seconds / 1e9,
                       f"share_of_{precision}_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
     names = list(ways)

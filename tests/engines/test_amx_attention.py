@@ -82,7 +82,7 @@ def backward_calls(run) -> int:
     with torch.profiler.profile() as profiler:
         run()
     return sum(e.count for e in profiler.key_averages()
-               if e.key == "advrag::causal_attention_backward")
+               if e.key == "advrag::sequence_attention_backward")
 
 
 def test_a_bf16_update_runs_the_kernel_inside_amx_attention_only():
@@ -150,3 +150,107 @@ def test_a_bf16_policy_attends_through_the_kernel_while_it_trains():
     narrow = tiny_llama(head_size=32)
     with attention.amx_attention(narrow):  # heads of 32: not the kernel's, left as they are
         assert narrow.config._attn_implementation == "sdpa"
+
+
+def packed_bounds(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
+def test_packed_sequences_compute_what_separate_calls_do_bit_for_bit():
+    torch.manual_seed(3)
+    lengths = [300, 64, 1, 130, 65]  # several blocks, one block, one token, partial last blocks
+    bounds = packed_bounds(lengths)
+    q, k, v = (torch.randn(2, 3, sum(lengths), 64, dtype=torch.bfloat16) for _ in range(3))
+    grad_out = torch.randn_like(q)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, logsumexp = attention.causal_attention(*leaves, SCALE, bounds)
+    out.backward(grad_out)
+    for start, end in zip(bounds.tolist(), bounds.tolist()[1:]):
+        pieces = [t[:, :, start:end].clone().requires_grad_() for t in (q, k, v)]
+        alone, alone_logsumexp = attention.causal_attention(*pieces, SCALE)
+        alone.backward(grad_out[:, :, start:end])
+        assert torch.equal(out[:, :, start:end], alone)
+        assert torch.equal(logsumexp[:, :, start:end], alone_logsumexp)
+        for packed, piece in zip(leaves, pieces, strict=True):
+            assert torch.equal(packed.grad[:, :, start:end], piece.grad)
+
+
+@pytest.mark.parametrize("bounds, problem", [
+    ([0, 10, 30], "from 0 to the length axis's size 40"),
+    ([1, 40], "from 0 to the length axis's size 40"),
+    ([0, 20, 20, 40], "must increase"),
+    ([0], "bounds as an int64 tensor"),
+])
+def test_bounds_that_do_not_cut_the_length_axis_are_refused(bounds, problem):
+    q = torch.randn(1, 2, 40, 64, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=problem):
+        attention.causal_attention(q, q, q, SCALE, torch.tensor(bounds))
+
+
+def test_packed_sequences_the_kernel_does_not_cover_run_sdpa_each_on_its_own():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = tiny_llama().model.layers[0].self_attn
+    torch.manual_seed(4)
+    bounds = packed_bounds([30, 7, 50])
+    q, k, v = (torch.randn(1, 2, 87, 64, dtype=torch.bfloat16) for _ in range(3))  # no gradient
+    got, _ = attention.attention_forward(module, q, k, v, None, scaling=SCALE,
+                                         cu_seq_lens_q=bounds)
+    for start, end in zip(bounds.tolist(), bounds.tolist()[1:]):
+        want, _ = sdpa_attention_forward(module, *(t[:, :, start:end] for t in (q, k, v)), None,
+                                         scaling=SCALE)
+        assert torch.equal(got[:, start:end], want)
+
+
+def unequal_rows(*, left_padded: bool = False):
+    """Three rows of 150, 90 and 40 tokens, padded to 150 (on the right unless ``left_padded``),
+    every real token but the first scored."""
+    from advrag.engines.local.tokenize import Batch
+
+    torch.manual_seed(5)
+    lengths = torch.tensor([150, 90, 40])
+    real = torch.arange(150) < lengths[:, None]
+    if left_padded:
+        real = real.flip(1)
+    ids = torch.randint(0, 97, (3, 150)).masked_fill(~real, 0)
+    scored = real & (real.long().cumsum(1) > 1)
+    return Batch(input_ids=ids, attention_mask=real, loss_mask=scored,
+                 segment_ids=real.long() - 1, truncated_mask=torch.zeros(3, dtype=torch.bool))
+
+
+def decoder_input_shapes(model, run) -> list[tuple[int, ...]]:
+    shapes = []
+    hook = model.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    try:
+        run()
+    finally:
+        hook.remove()
+    return shapes
+
+
+@pytest.mark.parametrize("left_padded", [False, True])
+def test_an_update_packs_right_padded_rows_and_scores_what_padded_rows_do(left_padded):
+    from advrag.engines.local.logprobs import token_logprobs
+
+    model, batch = tiny_llama(), unequal_rows(left_padded=left_padded)
+
+    def logprobs_and_gradients(context):
+        model.zero_grad()
+        with context, torch.autocast("cpu", dtype=torch.bfloat16):
+            logprobs, _ = token_logprobs(model, batch)
+            logprobs.sum().backward()
+        return logprobs.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    from contextlib import nullcontext
+
+    padded, padded_grads = logprobs_and_gradients(nullcontext())
+    result = {}
+    shapes = decoder_input_shapes(model, lambda: result.update(
+        zip(("logprobs", "grads"), logprobs_and_gradients(attention.amx_attention(model)))))
+    # right padding: one row of the 280 real tokens; left padding: the batch as it is, masked
+    assert shapes == ([(3, 150)] if left_padded else [(1, 280)])
+    assert torch.equal(result["logprobs"] != 0, batch.loss_mask)
+    assert (result["logprobs"] - padded).abs().max() < 0.05  # bf16 roundings, same function
+    assert max(relative_differences(result["grads"], padded_grads)) < 0.02

@@ -11,6 +11,13 @@ autocast) on a CPU with AMX, head size 64, causal without a mask, gradients
 needed — and hands everything else to transformers' SDPA function. Both halves
 are torch custom ops, so compiled updates keep them as opaque calls.
 
+Packed rows: a forward may lay several sequences one after another along the
+length axis (one batch row, positions restarting at each) and pass their bounds
+as ``cu_seq_lens_q`` (transformers' name for them, ``[0, end₁, …, total]``);
+each sequence then attends causally within itself only. The kernels take the
+bounds themselves; elsewhere each sequence runs SDPA on its own. Packing spares
+the padding a batch of unequal rows computes (``logprobs.scored_logits``).
+
 The kernel is built on first use with ``torch.utils.cpp_extension`` (about 40 s,
 cached under ``TORCH_EXTENSIONS_DIR``); ``kernel()`` is None where it cannot be
 built or run (no AMX, no C++ compiler), and attention then stays SDPA's.
@@ -60,47 +67,59 @@ def kernel():
         return None
 
 
-# Named anew when its outputs' layout changes: inductor's compile caches key on op names, not on
-# fake kernels, and code compiled against the old layout would fail its stride checks.
-@torch.library.custom_op("advrag::causal_attention_forward", mutates_args=())
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """Causal attention of bf16 ``(batch, heads, len, 64)`` tensors (the C++ kernel): the output,
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
+                     bounds: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Causal attention of bf16 ``(batch, heads, len, 64)`` tensors on the AMX kernels, within each
+    sequence of ``bounds`` (int64 ``[0, …, len]``; None: the whole length is one): the output,
     laid out as ``(batch, len, heads, 64)``, and each query's log-sum-exp ``(batch, heads, len)``
-    fp32."""
-    return tuple(kernel().causal_attention_forward(q, k, v, scale))
+    fp32. Differentiable in q, k and v."""
+    if bounds is None:
+        bounds = torch.arange(2, device=q.device) * q.shape[2]
+    return sequence_attention(q, k, v, bounds, scale)
 
 
-@causal_attention.register_fake
-def _(q, k, v, scale):
+# Named anew when its inputs or its outputs' layout change: inductor's compile caches key on op
+# names, not on fake kernels, and code compiled against the old op would fail its checks.
+@torch.library.custom_op("advrag::sequence_attention_forward", mutates_args=())
+def sequence_attention(q: Tensor, k: Tensor, v: Tensor, bounds: Tensor,
+                       scale: float) -> tuple[Tensor, Tensor]:
+    """``causal_attention`` with its bounds given (the C++ kernel)."""
+    return tuple(kernel().causal_attention_forward(q, k, v, bounds, scale))
+
+
+@sequence_attention.register_fake
+def _(q, k, v, bounds, scale):
     batch, heads, length, head_size = q.shape
     out = q.new_empty(batch, length, heads, head_size).transpose(1, 2)
     return out, q.new_empty(batch, heads, length, dtype=torch.float32)
 
 
-@torch.library.custom_op("advrag::causal_attention_backward", mutates_args=())
-def causal_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, grad_out: Tensor,
-                              logsumexp: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients of ``causal_attention`` for q, k and v (the C++ kernel)."""
+@torch.library.custom_op("advrag::sequence_attention_backward", mutates_args=())
+def sequence_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, grad_out: Tensor,
+                                logsumexp: Tensor, bounds: Tensor,
+                                scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of ``sequence_attention`` for q, k and v (the C++ kernel)."""
     return tuple(kernel().causal_attention_backward(q, k, v, out, grad_out.contiguous(),
-                                                    logsumexp, scale))
+                                                    logsumexp, bounds, scale))
 
 
-@causal_attention_backward.register_fake
-def _(q, k, v, out, grad_out, logsumexp, scale):
+@sequence_attention_backward.register_fake
+def _(q, k, v, out, grad_out, logsumexp, bounds, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _save(ctx, inputs, output):
-    q, k, v, ctx.scale = inputs
-    ctx.save_for_backward(q, k, v, *output)
+    q, k, v, bounds, ctx.scale = inputs
+    ctx.save_for_backward(q, k, v, bounds, *output)
 
 
 def _backward(ctx, grad_out, _grad_logsumexp):
-    q, k, v, out, logsumexp = ctx.saved_tensors
-    return *causal_attention_backward(q, k, v, out, grad_out, logsumexp, ctx.scale), None
+    q, k, v, bounds, out, logsumexp = ctx.saved_tensors
+    return *sequence_attention_backward(q, k, v, out, grad_out, logsumexp, bounds,
+                                        ctx.scale), None, None
 
 
-causal_attention.register_autograd(_backward, setup_context=_save)
+sequence_attention.register_autograd(_backward, setup_context=_save)
 
 
 def covered(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
@@ -118,23 +137,39 @@ def covered(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | 
 def attention_forward(module, query: Tensor, key: Tensor, value: Tensor,
                       attention_mask: Tensor | None, dropout: float = 0.0,
                       scaling: float | None = None, is_causal: bool | None = None, **kwargs):
-    """A transformers attention function: ``causal_attention`` where ``covered``, else SDPA's.
+    """A transformers attention function: ``causal_attention`` where ``covered``, else SDPA's;
+    packed sequences (``kwargs["cu_seq_lens_q"]``, see the module's docstring) attend each within
+    itself either way.
 
     Returns ``(output (batch, len, heads, head size), None)`` as transformers expects.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    bounds = kwargs.pop("cu_seq_lens_q", None)
     if not covered(query, key, value, attention_mask, dropout, is_causal):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return _sdpa_by_sequence(module, query, key, value, attention_mask, bounds,
+                                 dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
     q, k, v = (x.to(torch.bfloat16) for x in (query, key, value))
     groups = q.shape[1] // k.shape[1]
     if groups > 1:  # grouped-query attention: every query head gets its key/value head
         k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     scale = scaling if scaling is not None else HEAD_SIZE ** -0.5
     with torch.autocast("cpu", enabled=False):
-        out, _ = causal_attention(q, k, v, scale)
+        out, _ = causal_attention(q, k, v, scale, bounds)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _sdpa_by_sequence(module, query: Tensor, key: Tensor, value: Tensor,
+                      attention_mask: Tensor | None, bounds: Tensor | None, **kwargs):
+    """transformers' SDPA attention, run on each packed sequence of ``bounds`` on its own (causal,
+    no mask), or on the whole input where there are no bounds."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if bounds is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    cuts = bounds.tolist()
+    outputs = [sdpa_attention_forward(module, query[:, :, start:end], key[:, :, start:end],
+                                      value[:, :, start:end], None, **kwargs)[0]
+               for start, end in zip(cuts, cuts[1:])]
+    return torch.cat(outputs, dim=1), None
 
 
 @contextmanager
@@ -143,6 +178,7 @@ def amx_attention(model: torch.nn.Module) -> Iterator[None]:
     the body where it runs SDPA attention with heads of 64 and the kernel is available (built
     here on first use); unchanged otherwise."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config
@@ -152,6 +188,7 @@ def amx_attention(model: torch.nn.Module) -> Iterator[None]:
         yield
         return
     AttentionInterface.register(ATTENTION_NAME, attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)  # masks as for SDPA, not none
     base.set_attn_implementation(ATTENTION_NAME)
     try:
         yield

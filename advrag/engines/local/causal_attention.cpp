@@ -7,9 +7,11 @@
 // recomputed from the forward's log-sum-exp. Each block is computed transposed (S^T = K_j Q_i^T),
 // so P^T and dS^T are row-major left operands of dV_j += P^T dO_i and dK_j += dS^T Q_i, and dQ^T
 // accumulates K_j^T dS^T: no transposes inside the loop.
-// Both: P and dS rounded to bf16 for their matmuls, as the flash kernels do. Parallel over
-// (batch, head); build with -fopenmp (at::parallel_for is inline: without OpenMP it runs on one
-// thread).
+// Both: P and dS rounded to bf16 for their matmuls, as the flash kernels do. Segments: the length
+// axis holds sequences one after another (packed rows), bounded by `bounds` = [0, end_1, ...,
+// len]; each attends causally within itself only, exactly as if it were its own batch row.
+// Parallel over (batch, head, segment); build with -fopenmp (at::parallel_for is inline: without
+// OpenMP it runs on one thread).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -52,10 +54,16 @@ void matmul(const BFloat16* a, const BFloat16* packed_b, float* c, int64_t ld_c,
   cpublas::brgemm(BLOCK, BLOCK, BLOCK, BLOCK, BLOCK, ld_c, add, a, packed_b, c, true);
 }
 
-// One head's rows of x (batch b, head h) into a zero-padded (padded_len, HEAD) buffer.
-void gather(const at::Tensor& x, int64_t b, int64_t h, int64_t len, int64_t padded_len,
-            BFloat16* out) {
-  const BFloat16* rows = x.data_ptr<BFloat16>() + b * x.stride(0) + h * x.stride(1);
+// One sequence: batch row b, head h, positions [start, start + len) of the length axis.
+struct Sequence {
+  int64_t b, h, start, len;
+};
+
+// A sequence's rows of x into a zero-padded (padded_len, HEAD) buffer.
+void gather(const at::Tensor& x, const Sequence& seq, int64_t padded_len, BFloat16* out) {
+  const int64_t len = seq.len;
+  const BFloat16* rows = x.data_ptr<BFloat16>() + seq.b * x.stride(0) + seq.h * x.stride(1) +
+                         seq.start * x.stride(2);
   for (int64_t t = 0; t < len; ++t)
     std::memcpy(out + t * HEAD, rows + t * x.stride(2), HEAD * sizeof(BFloat16));
   std::memset(out + len * HEAD, 0, (padded_len - len) * HEAD * sizeof(BFloat16));
@@ -87,8 +95,9 @@ void probabilities_and_score_grads(const float* st, const float* dpt, const floa
 }
 
 void write_rows(const float* src, int64_t ld_src, bool transposed, float scale, at::Tensor& dst,
-                int64_t b, int64_t h, int64_t first, int64_t count) {
-  BFloat16* base = dst.data_ptr<BFloat16>() + b * dst.stride(0) + h * dst.stride(1);
+                const Sequence& seq, int64_t first, int64_t count) {
+  BFloat16* base = dst.data_ptr<BFloat16>() + seq.b * dst.stride(0) + seq.h * dst.stride(1) +
+                   seq.start * dst.stride(2);
   for (int64_t r = 0; r < count; ++r) {
     BFloat16* row = base + (first + r) * dst.stride(2);
     for (int64_t c = 0; c < HEAD; ++c)
@@ -183,32 +192,64 @@ void check_inputs(std::initializer_list<const at::Tensor*> xs, const at::Tensor&
   TORCH_CHECK(cpublas::could_pack(at::kBFloat16), name, " needs AMX");
 }
 
+// The sequences' bounds on the length axis: int64 [0, ..., len], increasing.
+std::vector<int64_t> segment_bounds(const at::Tensor& bounds, int64_t len, const char* name) {
+  TORCH_CHECK(bounds.scalar_type() == at::kLong && bounds.dim() == 1 && bounds.numel() >= 2,
+              name, " takes the sequences' bounds as an int64 tensor [0, ..., len]");
+  const at::Tensor owned = bounds.contiguous();
+  std::vector<int64_t> out(owned.data_ptr<int64_t>(), owned.data_ptr<int64_t>() + owned.numel());
+  TORCH_CHECK(out.front() == 0 && out.back() == len, name, ": the bounds must run from 0 to the "
+              "length axis's size ", len, ", got ", out.front(), " to ", out.back());
+  for (size_t i = 1; i < out.size(); ++i)
+    TORCH_CHECK(out[i] > out[i - 1], name, ": the bounds must increase (no empty sequence)");
+  return out;
+}
+
+// Work item `item` of batch x heads x segments (segments fastest, so that each thread's share of
+// the items mixes long and short sequences).
+Sequence sequence_of(int64_t item, int64_t heads, const std::vector<int64_t>& bounds) {
+  const int64_t segments = static_cast<int64_t>(bounds.size()) - 1;
+  const int64_t s = item % segments, bh = item / segments;
+  return {bh / heads, bh % heads, bounds[s], bounds[s + 1] - bounds[s]};
+}
+
+// The longest sequence's length rounded up to whole blocks (the rows of every buffer).
+int64_t padded_length(const std::vector<int64_t>& bounds) {
+  int64_t longest = 0;
+  for (size_t i = 1; i < bounds.size(); ++i) longest = std::max(longest, bounds[i] - bounds[i - 1]);
+  return (longest + BLOCK - 1) / BLOCK * BLOCK;
+}
+
 }  // namespace
 
-// Causal attention: the output, (batch, heads, len, 64) laid out as (batch, len, heads, 64), and
-// the log-sum-exp of each query's scaled scores, (batch, heads, len) fp32.
+// Causal attention within each sequence of `bounds`: the output, (batch, heads, len, 64) laid out
+// as (batch, len, heads, 64), and the log-sum-exp of each query's scaled scores, (batch, heads,
+// len) fp32.
 std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::Tensor& k,
-                                                 const at::Tensor& v, double scale) {
+                                                 const at::Tensor& v, const at::Tensor& bounds,
+                                                 double scale) {
   check_inputs({&q, &k, &v}, q, "causal_attention_forward");
-  const int64_t batch = q.size(0), heads = q.size(1), len = q.size(2);
-  const int64_t blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
-  auto out = at::empty({batch, len, heads, HEAD}, q.options()).transpose(1, 2);
-  auto lse = at::empty({batch, heads, len}, q.options().dtype(at::kFloat));
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    ForwardWorkspace& w = forward_workspace(padded);
+  const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
+  const std::vector<int64_t> cuts = segment_bounds(bounds, full_len, "causal_attention_forward");
+  const int64_t longest = padded_length(cuts), segments = cuts.size() - 1;
+  auto out = at::empty({batch, full_len, heads, HEAD}, q.options()).transpose(1, 2);
+  auto lse = at::empty({batch, heads, full_len}, q.options().dtype(at::kFloat));
+  at::parallel_for(0, batch * heads * segments, 1, [&](int64_t begin, int64_t end) {
+    ForwardWorkspace& w = forward_workspace(longest);
     auto& [Q, K, KT_p, V_p] = w.rows;
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / heads, h = bh % heads;
-      gather(q, b, h, len, padded, Q.data());
-      gather(k, b, h, len, padded, K.data());
+    for (int64_t item = begin; item < end; ++item) {
+      const Sequence seq = sequence_of(item, heads, cuts);
+      const int64_t len = seq.len, blocks = (len + BLOCK - 1) / BLOCK;
+      gather(q, seq, blocks * BLOCK, Q.data());
+      gather(k, seq, blocks * BLOCK, K.data());
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
         pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
       }
-      gather(v, b, h, len, padded, K.data());  // K's rows are packed: its buffer takes V's
+      gather(v, seq, blocks * BLOCK, K.data());  // K's rows are packed: its buffer takes V's
       for (int64_t blk = 0; blk < blocks; ++blk) pack(K.data() + blk * BLOCK * HEAD,
                                                       V_p.data() + blk * BLOCK * HEAD);
-      float* lse_rows = lse.data_ptr<float>() + bh * len;
+      float* lse_rows = lse.data_ptr<float>() + (seq.b * heads + seq.h) * full_len + seq.start;
       for (int64_t i = 0; i < blocks; ++i) {  // queries
         std::fill(w.max.begin(), w.max.end(), -INFINITY);
         std::fill(w.sum.begin(), w.sum.end(), 0.f);
@@ -229,8 +270,8 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
         for (int64_t r = 0; r < rows; ++r) {
           lse_rows[i * BLOCK + r] = static_cast<float>(scale) * w.max[r] + std::log(w.sum[r]);
           const fVec inverse(1.f / w.sum[r]);
-          BFloat16* row = out.data_ptr<BFloat16>() + b * out.stride(0) + h * out.stride(1) +
-                          (i * BLOCK + r) * out.stride(2);
+          BFloat16* row = out.data_ptr<BFloat16>() + seq.b * out.stride(0) +
+                          seq.h * out.stride(1) + (seq.start + i * BLOCK + r) * out.stride(2);
           for (int64_t c = 0; c < HEAD; c += fVec::size())
             store_bf16(row + c, fVec::loadu(w.acc.data() + r * HEAD + c) * inverse);
         }
@@ -244,27 +285,30 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
 std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, const at::Tensor& out,
                                                   const at::Tensor& grad_out,
-                                                  const at::Tensor& logsumexp, double scale) {
+                                                  const at::Tensor& logsumexp,
+                                                  const at::Tensor& bounds, double scale) {
   check_inputs({&q, &k, &v, &out, &grad_out}, q, "causal_attention_backward");
-  const int64_t batch = q.size(0), heads = q.size(1), len = q.size(2);
-  const int64_t blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
+  const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
+  const std::vector<int64_t> cuts = segment_bounds(bounds, full_len, "causal_attention_backward");
+  const int64_t longest = padded_length(cuts), segments = cuts.size() - 1;
   auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   auto lse = logsumexp.to(at::kFloat).contiguous();
-  TORCH_CHECK(lse.numel() == batch * heads * len, "logsumexp must be (batch, heads, len)");
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    Workspace& w = workspace(padded);
+  TORCH_CHECK(lse.numel() == batch * heads * full_len, "logsumexp must be (batch, heads, len)");
+  at::parallel_for(0, batch * heads * segments, 1, [&](int64_t begin, int64_t end) {
+    Workspace& w = workspace(longest);
     auto& [Q, K, V, O, dO, KT, QT_p, dOT_p, dO_p, Q_p] = w.rows;
     auto& [scratch, PT, dST, dST_p] = w.blocks;
     auto& [D, LSE] = w.per_query;
     auto& [dQT, dK, dV, ST, dPT] = w.sums;
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / heads, h = bh % heads;
-      gather(q, b, h, len, padded, Q.data());
-      gather(k, b, h, len, padded, K.data());
-      gather(v, b, h, len, padded, V.data());
-      gather(out, b, h, len, padded, O.data());
-      gather(grad_out, b, h, len, padded, dO.data());
-      const float* lse_rows = lse.data_ptr<float>() + bh * len;
+    for (int64_t item = begin; item < end; ++item) {
+      const Sequence seq = sequence_of(item, heads, cuts);
+      const int64_t len = seq.len, blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
+      gather(q, seq, padded, Q.data());
+      gather(k, seq, padded, K.data());
+      gather(v, seq, padded, V.data());
+      gather(out, seq, padded, O.data());
+      gather(grad_out, seq, padded, dO.data());
+      const float* lse_rows = lse.data_ptr<float>() + (seq.b * heads + seq.h) * full_len + seq.start;
       for (int64_t t = 0; t < padded; ++t) {  // padded queries: lse = inf, so P = 0
         LSE[t] = t < len ? lse_rows[t] : INFINITY;
         float dot = 0.f;
@@ -295,10 +339,10 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
           matmul(KT.data() + kj, dST_p.data(), dQT.data() + i * BLOCK, padded, true);
         }
         const int64_t rows = std::min(BLOCK, len - j * BLOCK);
-        write_rows(dK.data(), HEAD, false, static_cast<float>(scale), dk, b, h, j * BLOCK, rows);
-        write_rows(dV.data(), HEAD, false, 1.f, dv, b, h, j * BLOCK, rows);
+        write_rows(dK.data(), HEAD, false, static_cast<float>(scale), dk, seq, j * BLOCK, rows);
+        write_rows(dV.data(), HEAD, false, 1.f, dv, seq, j * BLOCK, rows);
       }
-      write_rows(dQT.data(), padded, true, static_cast<float>(scale), dq, b, h, 0, len);
+      write_rows(dQT.data(), padded, true, static_cast<float>(scale), dq, seq, 0, len);
     }
     cpublas::brgemm_release(true);
   });

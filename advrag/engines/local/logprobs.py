@@ -27,6 +27,14 @@ causal kernel (which skips the blocks above the diagonal and shares grouped
 key/value heads) instead of a dense mask over every block — the same values
 at the real tokens, a tenth off a SmolLM2 update on a CPU.
 
+Packed rows: where attention takes packed sequences (the AMX kernels'
+attention function, ``attention.ATTENTION_NAME``, in a forward with
+gradients), a micro-batch's rows go through the decoder one after another as a
+single row without their padding, positions restarting at each
+(``packed_inputs``): the same function at the real tokens, and none of the
+work a micro-batch of unequal rows spent on padding (a fifth of the positions
+of ``bench/bench_update.py``'s rows).
+
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over
 micro-batches and stitches the results (old and reference log-probs). Both
@@ -42,6 +50,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from advrag.core.losses import entropy_from_logits, logprobs_from_logits
+from advrag.engines.local.attention import ATTENTION_NAME
 from advrag.engines.local.tokenize import Batch
 
 MATH_ATTENTION_MAX_WIDTH = 128
@@ -87,15 +96,47 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     soft-capping or scaling) take the full forward and pick the positions.
     """
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inputs = {"input_ids": batch.input_ids, "use_cache": False}
-    if not padded_only_on_the_right(batch.attention_mask):
-        inputs["attention_mask"] = batch.attention_mask.long()
+    right_padded = padded_only_on_the_right(batch.attention_mask)
+    if right_padded and _attention_takes_packed_rows(causal):
+        inputs, at = packed_inputs(batch, rows, cols - 1)
+    else:
+        inputs, at = {"input_ids": batch.input_ids}, (rows, cols - 1)
+        if not right_padded:
+            inputs["attention_mask"] = batch.attention_mask.long()
+    inputs["use_cache"] = False
     layers_choose = _recomputes_activations(causal) or _layers_choose_kernel(causal)
-    with attention_kernel(batch.input_ids, fixed_kernel=layers_choose):
+    with attention_kernel(inputs["input_ids"], fixed_kernel=layers_choose):
         if not _linear_head(causal.config):
-            return model(**inputs).logits[rows, cols - 1]
+            return model(**inputs).logits[at]
         hidden = causal.get_decoder()(**inputs).last_hidden_state
-    return causal.get_output_embeddings()(hidden[rows, cols - 1])
+    return causal.get_output_embeddings()(hidden[at])
+
+
+def packed_inputs(batch: Batch, rows: Tensor, cols: Tensor) -> tuple[dict, tuple[Tensor, Tensor]]:
+    """The decoder's inputs for ``batch``'s right-padded rows packed into one row without padding,
+    and where positions ``(rows, cols)`` of the batch lie in it.
+
+    Each row's tokens follow the previous row's, its position ids restart at 0
+    (rotary embeddings as in its own row), and ``cu_seq_lens_q`` bounds the rows
+    for attention. The all-ones mask stops transformers from building a dense
+    block mask out of the restarting positions.
+    """
+    real = batch.attention_mask.bool()
+    lengths = real.sum(dim=1)
+    bounds = torch.zeros(len(lengths) + 1, dtype=torch.long, device=lengths.device)
+    bounds[1:] = lengths.cumsum(0)
+    positions = real.long().cumsum(dim=1) - 1
+    inputs = {"input_ids": batch.input_ids[real][None], "position_ids": positions[real][None],
+              "attention_mask": torch.ones_like(positions[real])[None],
+              "cu_seq_lens_q": bounds}
+    return inputs, (torch.zeros_like(rows), bounds[rows] + cols)
+
+
+def _attention_takes_packed_rows(model: nn.Module) -> bool:
+    """Whether ``model``'s attention takes packed rows (``attention.ATTENTION_NAME``, see
+    ``packed_inputs``) and runs its kernels for this forward (gradients on)."""
+    return (torch.is_grad_enabled()
+            and getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME)
 
 
 def padded_only_on_the_right(attention_mask: Tensor) -> bool:
