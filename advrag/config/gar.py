@@ -62,7 +62,8 @@ class DiscriminatorSFTConfig(Strict):
     amx_attention: bool = Field(
         True, description="bf16 updates on a CPU with AMX run attention's forward and backward on "
         "AMX block matmuls (heads of 64; built on first use with the system's C++ compiler, "
-        "40-55 s once); false = SDPA's everywhere. Elsewhere it changes nothing.",
+        "40-55 s once), each micro-batch's rows packed into one without their padding; false = "
+        "SDPA's everywhere, rows padded. Elsewhere it changes nothing.",
     )
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "
                                 "slices it cannot label are counted and dropped.")

@@ -10,6 +10,7 @@ from advrag.agents.types import Trajectory
 from advrag.engines.local.logprobs import (
     MATH_ATTENTION_MAX_WIDTH,
     micro_batches,
+    packed_inputs,
     padded_only_on_the_right,
     sequence_logprobs,
     token_logprobs,
@@ -228,3 +229,16 @@ def test_padding_on_the_right_only_is_recognised():
     assert padded_only_on_the_right(torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]]))
     assert not padded_only_on_the_right(torch.tensor([[1, 1, 0], [0, 1, 1]]))
     assert not padded_only_on_the_right(torch.tensor([[1, 0, 1]]))
+
+
+def test_packed_inputs_lay_rows_end_to_end_with_their_own_positions():
+    real = torch.tensor([[1, 1, 1], [0, 0, 0], [1, 1, 0]], dtype=torch.bool)  # an empty row too
+    ids = torch.tensor([[5, 6, 7], [0, 0, 0], [8, 9, 0]])
+    batch = Batch(input_ids=ids, attention_mask=real, loss_mask=real, segment_ids=real.long() - 1,
+                  truncated_mask=torch.zeros(3, dtype=torch.bool))
+    inputs, (rows, cols) = packed_inputs(batch, torch.tensor([0, 2, 2]), torch.tensor([2, 0, 1]))
+    assert inputs["input_ids"].tolist() == [[5, 6, 7, 8, 9]]
+    assert inputs["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert inputs["attention_mask"].tolist() == [[1, 1, 1, 1, 1]]
+    assert inputs["cu_seq_lens_q"].tolist() == [0, 3, 5]  # the empty row bounds nothing
+    assert rows.tolist() == [0, 0, 0] and cols.tolist() == [2, 3, 4]  # token 7, 8 and 9

@@ -116,6 +116,8 @@ def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkey
     use_fused_lora(forwards, True)
     assert all(layer.forward.__func__ is fused_lora_forward for layer in forwards)
     assert [name for name, way in WAYS.items() if way[3]] == ["+ fused LoRA", "+ AMX attention",
+                                                              "+ packed rows", "+ compiled layers"]
+    assert [name for name, way in WAYS.items() if way[4]] == ["+ AMX attention", "+ packed rows",
                                                               "+ compiled layers"]
-    assert [name for name, way in WAYS.items() if way[4]] == ["+ AMX attention",
+    assert [name for name, way in WAYS.items() if way[5]] == ["+ packed rows",
                                                               "+ compiled layers"]

@@ -97,7 +97,7 @@ def scored_logits(model: nn.Module, batch: Batch, rows: Tensor, cols: Tensor) ->
     """
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
     right_padded = padded_only_on_the_right(batch.attention_mask)
-    if right_padded and _attention_takes_packed_rows(causal):
+    if right_padded and batch.attention_mask.any() and _attention_takes_packed_rows(causal):
         inputs, at = packed_inputs(batch, rows, cols - 1)
     else:
         inputs, at = {"input_ids": batch.input_ids}, (rows, cols - 1)
@@ -123,13 +123,13 @@ def packed_inputs(batch: Batch, rows: Tensor, cols: Tensor) -> tuple[dict, tuple
     """
     real = batch.attention_mask.bool()
     lengths = real.sum(dim=1)
-    bounds = torch.zeros(len(lengths) + 1, dtype=torch.long, device=lengths.device)
-    bounds[1:] = lengths.cumsum(0)
+    starts = lengths.cumsum(0) - lengths
+    bounds = torch.cat([starts[lengths > 0], lengths.sum().reshape(1)])  # empty rows: no sequence
     positions = real.long().cumsum(dim=1) - 1
     inputs = {"input_ids": batch.input_ids[real][None], "position_ids": positions[real][None],
               "attention_mask": torch.ones_like(positions[real])[None],
               "cu_seq_lens_q": bounds}
-    return inputs, (torch.zeros_like(rows), bounds[rows] + cols)
+    return inputs, (torch.zeros_like(rows), starts[rows] + cols)
 
 
 def _attention_takes_packed_rows(model: nn.Module) -> bool:

@@ -27,6 +27,8 @@
 - Attention: in bf16 updates on an AMX CPU (heads of 64, causal, no mask) the
   forward and backward run on AMX block matmuls (``attention.amx_attention``, inside
   ``training()``): 1.3–1.7x and 2.4–3.9x SDPA's CPU flash kernels; elsewhere SDPA's.
+  There each micro-batch's rows run packed into one row without their padding
+  (``logprobs.packed_inputs``).
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
   run through ``torch.compile`` (inductor, dynamic shapes), which fuses each
   layer's norms, activations, rotary and residual arithmetic; every layer
