@@ -7,10 +7,10 @@
 // recomputed from the forward's log-sum-exp. Each block is computed transposed (S^T = K_j Q_i^T),
 // so P^T and dS^T are row-major left operands of dV_j += P^T dO_i and dK_j += dS^T Q_i, and dQ^T
 // accumulates K_j^T dS^T: no transposes inside the loop.
-// Both: P and dS rounded to bf16 for their matmuls, as the flash kernels do. Segments: the length
-// axis holds sequences one after another (packed rows), bounded by `bounds` = [0, end_1, ...,
+// Both: P and dS rounded to bf16 for their matmuls, as the flash kernels do. Sequences: the length
+// axis holds them one after another (packed rows), bounded by `bounds` = [0, end_1, ...,
 // len]; each attends causally within itself only, exactly as if it were its own batch row.
-// Parallel over (batch, head, segment); build with -fopenmp (at::parallel_for is inline: without
+// Parallel over (batch, head, sequence); build with -fopenmp (at::parallel_for is inline: without
 // OpenMP it runs on one thread).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -193,7 +193,7 @@ void check_inputs(std::initializer_list<const at::Tensor*> xs, const at::Tensor&
 }
 
 // The sequences' bounds on the length axis: int64 [0, ..., len], increasing.
-std::vector<int64_t> segment_bounds(const at::Tensor& bounds, int64_t len, const char* name) {
+std::vector<int64_t> sequence_bounds(const at::Tensor& bounds, int64_t len, const char* name) {
   TORCH_CHECK(bounds.scalar_type() == at::kLong && bounds.dim() == 1 && bounds.numel() >= 2,
               name, " takes the sequences' bounds as an int64 tensor [0, ..., len]");
   const at::Tensor owned = bounds.contiguous();
@@ -205,11 +205,11 @@ std::vector<int64_t> segment_bounds(const at::Tensor& bounds, int64_t len, const
   return out;
 }
 
-// Work item `item` of batch x heads x segments (segments fastest, so that each thread's share of
+// Work item `item` of batch x heads x sequences (sequences fastest, so that each thread's share of
 // the items mixes long and short sequences).
 Sequence sequence_of(int64_t item, int64_t heads, const std::vector<int64_t>& bounds) {
-  const int64_t segments = static_cast<int64_t>(bounds.size()) - 1;
-  const int64_t s = item % segments, bh = item / segments;
+  const int64_t sequences = static_cast<int64_t>(bounds.size()) - 1;
+  const int64_t s = item % sequences, bh = item / sequences;
   return {bh / heads, bh % heads, bounds[s], bounds[s + 1] - bounds[s]};
 }
 
@@ -230,11 +230,11 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
                                                  double scale) {
   check_inputs({&q, &k, &v}, q, "causal_attention_forward");
   const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
-  const std::vector<int64_t> cuts = segment_bounds(bounds, full_len, "causal_attention_forward");
-  const int64_t longest = padded_length(cuts), segments = cuts.size() - 1;
+  const std::vector<int64_t> cuts = sequence_bounds(bounds, full_len, "causal_attention_forward");
+  const int64_t longest = padded_length(cuts), sequences = cuts.size() - 1;
   auto out = at::empty({batch, full_len, heads, HEAD}, q.options()).transpose(1, 2);
   auto lse = at::empty({batch, heads, full_len}, q.options().dtype(at::kFloat));
-  at::parallel_for(0, batch * heads * segments, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, batch * heads * sequences, 1, [&](int64_t begin, int64_t end) {
     ForwardWorkspace& w = forward_workspace(longest);
     auto& [Q, K, KT_p, V_p] = w.rows;
     for (int64_t item = begin; item < end; ++item) {
@@ -289,12 +289,12 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
                                                   const at::Tensor& bounds, double scale) {
   check_inputs({&q, &k, &v, &out, &grad_out}, q, "causal_attention_backward");
   const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
-  const std::vector<int64_t> cuts = segment_bounds(bounds, full_len, "causal_attention_backward");
-  const int64_t longest = padded_length(cuts), segments = cuts.size() - 1;
+  const std::vector<int64_t> cuts = sequence_bounds(bounds, full_len, "causal_attention_backward");
+  const int64_t longest = padded_length(cuts), sequences = cuts.size() - 1;
   auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   auto lse = logsumexp.to(at::kFloat).contiguous();
   TORCH_CHECK(lse.numel() == batch * heads * full_len, "logsumexp must be (batch, heads, len)");
-  at::parallel_for(0, batch * heads * segments, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, batch * heads * sequences, 1, [&](int64_t begin, int64_t end) {
     Workspace& w = workspace(longest);
     auto& [Q, K, V, O, dO, KT, QT_p, dOT_p, dO_p, Q_p] = w.rows;
     auto& [scratch, PT, dST, dST_p] = w.blocks;
