@@ -32,7 +32,7 @@ attention function, ``attention.ATTENTION_NAME``, in a forward with
 gradients), a micro-batch's rows go through the decoder one after another as a
 single row without their padding, positions restarting at each
 (``packed_inputs``): the same function at the real tokens, and none of the
-work a micro-batch of unequal rows spent on padding (a fifth of the positions
+work a micro-batch of unequal rows spent on padding (18 % of the positions
 of ``bench/bench_update.py``'s rows).
 
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
