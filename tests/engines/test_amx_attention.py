@@ -6,12 +6,15 @@ must be SDPA's, unchanged. Built once per machine (about 40 s)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from advrag.engines.local import attention
+from advrag.engines.local.logprobs import token_logprobs
 
 pytestmark = pytest.mark.skipif(not attention.amx_cpu(),
                                 reason="the kernel runs on AMX CPUs only (Sapphire Rapids or "
@@ -86,8 +89,6 @@ def backward_calls(run) -> int:
 
 
 def test_a_bf16_update_runs_the_kernel_inside_amx_attention_only():
-    from contextlib import nullcontext
-
     model, ids = tiny_llama(), torch.randint(0, 97, (2, 150))
     sdpa = update_gradients(model, ids, nullcontext())
     grads = {}
@@ -232,8 +233,6 @@ def decoder_input_shapes(model, run) -> list[tuple[int, ...]]:
 
 @pytest.mark.parametrize("left_padded", [False, True])
 def test_an_update_packs_right_padded_rows_and_scores_what_padded_rows_do(left_padded):
-    from advrag.engines.local.logprobs import token_logprobs
-
     model, batch = tiny_llama(), unequal_rows(left_padded=left_padded)
 
     def logprobs_and_gradients(context):
@@ -243,14 +242,13 @@ def test_an_update_packs_right_padded_rows_and_scores_what_padded_rows_do(left_p
             logprobs.sum().backward()
         return logprobs.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
-    from contextlib import nullcontext
-
     padded, padded_grads = logprobs_and_gradients(nullcontext())
-    result = {}
-    shapes = decoder_input_shapes(model, lambda: result.update(
-        zip(("logprobs", "grads"), logprobs_and_gradients(attention.amx_attention(model)))))
+    runs = []
+    shapes = decoder_input_shapes(model, lambda: runs.append(
+        logprobs_and_gradients(attention.amx_attention(model))))
+    (logprobs, grads), = runs
     # right padding: one row of the 280 real tokens; left padding: the batch as it is, masked
     assert shapes == ([(3, 150)] if left_padded else [(1, 280)])
-    assert torch.equal(result["logprobs"] != 0, batch.loss_mask)
-    assert (result["logprobs"] - padded).abs().max() < 0.05  # bf16 roundings, same function
-    assert max(relative_differences(result["grads"], padded_grads)) < 0.02
+    assert torch.equal(logprobs != 0, batch.loss_mask)
+    assert (logprobs - padded).abs().max() < 0.05  # bf16 roundings, same function
+    assert max(relative_differences(grads, padded_grads)) < 0.02

@@ -239,14 +239,14 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
     auto& [Q, K, KT_p, V_p] = w.rows;
     for (int64_t item = begin; item < end; ++item) {
       const Sequence seq = sequence_of(item, heads, cuts);
-      const int64_t len = seq.len, blocks = (len + BLOCK - 1) / BLOCK;
-      gather(q, seq, blocks * BLOCK, Q.data());
-      gather(k, seq, blocks * BLOCK, K.data());
+      const int64_t len = seq.len, blocks = (len + BLOCK - 1) / BLOCK, padded = blocks * BLOCK;
+      gather(q, seq, padded, Q.data());
+      gather(k, seq, padded, K.data());
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
         pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
       }
-      gather(v, seq, blocks * BLOCK, K.data());  // K's rows are packed: its buffer takes V's
+      gather(v, seq, padded, K.data());  // K's rows are packed: its buffer takes V's
       for (int64_t blk = 0; blk < blocks; ++blk) pack(K.data() + blk * BLOCK * HEAD,
                                                       V_p.data() + blk * BLOCK * HEAD);
       float* lse_rows = lse.data_ptr<float>() + (seq.b * heads + seq.h) * full_len + seq.start;
