@@ -1,12 +1,13 @@
-"""CPU attention kernels by micro-batch width: SDPA's math and flash kernels, and the AMX kernels.
+"""CPU attention kernels by micro-batch width: SDPA's math and flash kernels, and the block kernels.
 
     python bench/bench_attention.py [--widths 64 128 256 512 1024] [--repeats 3]
 
 One forward + backward of SmolLM2-135M with LoRA r=16 under bf16 autocast (the
 update's pass: log-probs of the last 32 positions), 4 rows per micro-batch,
 causal without a mask (as the update runs right-padded rows), with SDPA's flash
-kernel, its math kernel, and — on a CPU with AMX — ``attention.amx_attention``
-(forward and backward on AMX), interleaved. The math/flash crossover
+kernel, its math kernel, and — on a CPU with AVX512-BF16 — ``attention.amx_attention``
+(forward and backward on the block kernels: AMX tiles where the CPU has them, else
+AVX512-BF16 dot products; the column ``amx``, after the setting), interleaved. The math/flash crossover
 sets ``logprobs.MATH_ATTENTION_MAX_WIDTH`` (math below it, the default above).
 Writes ``bench/results/attention.json``.
 """
@@ -43,7 +44,7 @@ def lora_policy():
 
 def pass_seconds(policy, width: int, kernel: SDPBackend | None) -> float:
     """Seconds of one forward + backward over 4 rows of ``width`` tokens (``kernel`` None:
-    the AMX kernels)."""
+    the block kernels)."""
     from advrag.engines.local.attention import amx_attention
 
     ids = torch.randint(100, 40_000, (4, width))
@@ -85,7 +86,11 @@ def main() -> None:
               + f", math/flash {row['math_over_flash']:.2f}"
               + (f", best SDPA/amx {row['best_sdpa_over_amx']:.2f}" if "amx" in median else ""),
               flush=True)
+    from advrag.engines.local.attention import amx_tiles
+
+    block_math = "amx tiles" if amx_tiles() else "avx512-bf16 dot products"
     write_report(args.out, {"command": "python bench/bench_attention.py", "rows": rows,
+                            "block_math": block_math if "amx" in kernels else None,
                             "settings": vars(args) | {"out": str(args.out)}})
 
 

@@ -24,13 +24,14 @@ flash kernel — against ``eager``):
   one in-place ``addmm_`` (``policy.fused_lora_forward``) instead of peft's
   forward, which the ways above run (with ``--full`` the same as the way above:
   no LoRA layers);
-- ``+ AMX attention``: attention's forward and backward on AMX block matmuls
-  (``amx_attention: true``, ``attention.causal_attention``; on a CPU without AMX
+- ``+ AMX attention``: the setting ``amx_attention: true``, attention's forward
+  and backward on the block kernels (``attention.causal_attention``: AMX tiles,
+  or AVX512-BF16 dot products on a CPU without AMX; on a CPU without AVX512-BF16
   the same as the way above);
 - ``+ packed rows``: each micro-batch's rows packed into one row without their
   padding, attention within each row (``logprobs.packed_inputs``; it comes with
-  the AMX attention, so without AMX the same as the way above): the default
-  eager update;
+  the kernels, so without them the same as the way above): the default eager
+  update;
 - ``+ compiled layers``: the decoder layers through ``torch.compile``
   (``compile_update: true``; its one-off compile falls in the warm-up round).
 
@@ -190,7 +191,7 @@ def main() -> None:
     logprobs.scored_logits = heads[True]
     logprobs._attention_takes_packed_rows = packing[True]
     use_fused_lora(fused_forwards, True)
-    amx_runs = policy.uses_bf16() and kernel() is not None  # where the AMX ways pack rows
+    kernels_run = policy.uses_bf16() and kernel() is not None  # where the kernel ways pack rows
     precision = "bf16" if policy.cpu_bf16 else "fp32"  # the peak of what the update computes in
     peak = matmul_peak_gflops({"bf16": "bfloat16", "fp32": "float32"}[precision])
     rows = {}
@@ -199,7 +200,7 @@ def main() -> None:
         rows[name] = {"update_s": seconds, "real_tokens": tokens,
                       "forward_positions": computed_positions(
                           trainer, trajectories, strategies[grouping], 1 + old_pass,
-                          packed and amx and amx_runs),
+                          packed and amx and kernels_run),
                       "gflops_6NT": 6 * n_params * tokens / seconds / 1e9,
                       f"share_of_{precision}_peak": 6 * n_params * tokens / seconds / 1e9 / peak}
     names = list(ways)

@@ -203,7 +203,7 @@ class RLRunConfig(Strict):
     """Settings every RL training flow shares (the local engine on the offline world).
 
     ``RUN_CONTROL`` names the fields a resumed run may change (how long and where it
-    runs, on which rollout engine, whether its update runs compiled or with the AMX
+    runs, on which rollout engine, whether its update runs compiled or with the bf16
     attention kernels, what it is logged and registered as); every other field must match the
     checkpoint's (``config_hash`` without them).
     """
@@ -220,10 +220,12 @@ class RLRunConfig(Strict):
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AMX run attention's forward and backward on "
-        "AMX block matmuls (heads of 64; built on first use with the system's C++ compiler, "
-        "40-55 s once), each micro-batch's rows packed into one without their padding; false = "
-        "SDPA's everywhere, rows padded. Elsewhere it changes nothing.",
+        True, description="bf16 updates on a CPU with AVX512-BF16 run attention's forward and "
+        "backward on the project's block kernels, on AMX tiles where the CPU has them, else on "
+        "AVX512-BF16 dot products (the name predates the second; heads of 64; built on first use "
+        "with the system's C++ compiler, 40-55 s once), each micro-batch's rows packed into one "
+        "without their padding; false = SDPA's everywhere, rows padded. Elsewhere it changes "
+        "nothing.",
     )
     compile_update: bool | Literal["auto"] = Field(
         "auto", description="Run the update's decoder layers through torch.compile (needs a C++ "

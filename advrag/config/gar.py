@@ -60,10 +60,12 @@ class DiscriminatorSFTConfig(Strict):
                           "held-out loss; the best epoch's adapter is kept.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AMX run attention's forward and backward on "
-        "AMX block matmuls (heads of 64; built on first use with the system's C++ compiler, "
-        "40-55 s once), each micro-batch's rows packed into one without their padding; false = "
-        "SDPA's everywhere, rows padded. Elsewhere it changes nothing.",
+        True, description="bf16 updates on a CPU with AVX512-BF16 run attention's forward and "
+        "backward on the project's block kernels, on AMX tiles where the CPU has them, else on "
+        "AVX512-BF16 dot products (the name predates the second; heads of 64; built on first use "
+        "with the system's C++ compiler, 40-55 s once), each micro-batch's rows packed into one "
+        "without their padding; false = SDPA's everywhere, rows padded. Elsewhere it changes "
+        "nothing.",
     )
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "
                                 "slices it cannot label are counted and dropped.")

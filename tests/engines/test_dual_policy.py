@@ -311,8 +311,10 @@ def test_compiled_updates_follow_the_active_adapter(tiny_policy_dir, cxx_compile
     compiled = _adapter_gradients(tiny_policy_dir, compiled=True)
     for agent in ("reasoner", "verifier"):
         assert eager[agent] and eager[agent].keys() == compiled[agent].keys()
-        for name, grad in eager[agent].items():
-            torch.testing.assert_close(compiled[agent][name], grad, atol=1e-4, rtol=1e-3)
+        for name, grad in eager[agent].items():  # relative to the whole tensor: fp32 sums in
+            # another order moved an element near zero by 0.3 % of itself and a tiny gradient by
+            # 0.04 % (AMD EPYC, AVX512-BF16); the other adapter's gradient would differ wholly
+            assert (compiled[agent][name] - grad).norm() <= 1e-2 * grad.norm(), name
     some = next(iter(eager["reasoner"]))
     assert not torch.equal(eager["reasoner"][some],
                            eager["verifier"][some.replace(".reasoner.", ".verifier.")])

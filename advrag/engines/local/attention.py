@@ -1,15 +1,19 @@
-"""Causal attention for bf16 updates on AMX CPUs, forward and backward on AMX block matmuls.
+"""Causal attention for bf16 updates on CPUs with AVX512-BF16: forward and backward by blocks,
+their products on AMX tiles where the CPU has them, else on AVX512-BF16 dot products.
 
-SDPA's CPU flash kernels run at ~80–320 GFLOP/s forward and ~60–150 backward here
-(with the backward, a quarter of the eager LoRA update on Search-R1 rows, two fifths
-of the compiled one). ``causal_attention.cpp`` computes both by blocks on AMX: the
-forward 1.3–1.7× aten's flash forward for 214–1,142 tokens, the backward 2.4–3.9×
-its backward for 256–1,024 tokens, errors against fp32 no larger than SDPA's
-(README, "How fast"). ``attention_forward`` is a transformers attention
-function (``ATTENTION_NAME``) that takes what the kernels cover — bf16 (or bf16
-autocast) on a CPU with AMX, head size 64, causal without a mask, gradients
-needed — and hands everything else to transformers' SDPA function. Both halves
-are torch custom ops, so compiled updates keep them as opaque calls.
+SDPA's CPU flash kernels run at ~80–320 GFLOP/s forward and ~60–150 backward on
+the AMX CPU (with the backward, a quarter of the eager LoRA update on Search-R1
+rows, two fifths of the compiled one), and on the AVX512-BF16 CPU (no AMX) take
+about half of an eager LoRA update. ``causal_attention.cpp`` computes both by
+blocks: on AMX the forward 1.3–1.7× aten's flash forward for 214–1,142 tokens,
+the backward 2.4–3.9× its backward for 256–1,024 tokens; without AMX forward and
+backward together 2.0–2.7× aten's for 256–1,024 tokens; errors against fp32 no
+larger than SDPA's (README, "How fast"). ``attention_forward`` is a transformers
+attention function (``ATTENTION_NAME``) that takes what the kernels cover — bf16
+(or bf16 autocast) on a CPU with AVX512-BF16, head size 64, causal without a
+mask, gradients needed — and hands everything else to transformers' SDPA
+function. Both halves are torch custom ops, so compiled updates keep them as
+opaque calls.
 
 Packed rows: a forward may lay several sequences one after another along the
 length axis (one batch row, positions restarting at each) and pass their bounds
@@ -20,7 +24,7 @@ the padding a batch of unequal rows computes (``logprobs.scored_logits``).
 
 The kernel is built on first use with ``torch.utils.cpp_extension`` (about 40 s,
 cached under ``TORCH_EXTENSIONS_DIR``); ``kernel()`` is None where it cannot be
-built or run (no AMX, no C++ compiler), and attention then stays SDPA's.
+built or run (no AVX512-BF16, no C++ compiler), and attention then stays SDPA's.
 """
 
 from __future__ import annotations
@@ -36,26 +40,33 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-ATTENTION_NAME = "advrag_amx"
+ATTENTION_NAME = "advrag_bf16_blocks"
 HEAD_SIZE = 64
 SOURCE = Path(__file__).with_name("causal_attention.cpp")
 log = logging.getLogger(__name__)
 
 
-def amx_cpu() -> bool:
-    """Whether this CPU runs AMX tiles and AVX512-BF16 (the kernel's instructions), as torch
-    detects them (AMX also needs the OS to grant its tile state, which torch requests)."""
-    return torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()
+def kernel_cpu() -> bool:
+    """Whether this CPU runs AVX512-BF16, the kernels' instructions, as torch detects it."""
+    return torch.cpu._is_avx512_bf16_supported()
+
+
+@functools.cache
+def amx_tiles() -> bool:
+    """Whether the kernels multiply their blocks on AMX tiles: where the CPU has them (AMX also
+    needs the OS to grant its tile state, which torch requests), else on AVX512-BF16 dot
+    products."""
+    return torch.cpu._is_amx_tile_supported()
 
 
 @functools.cache
 def kernel():
     """The compiled kernels (forward and backward), or None where they cannot run here."""
-    if not amx_cpu() or shutil.which(os.environ.get("CXX", "c++")) is None:
+    if not kernel_cpu() or shutil.which(os.environ.get("CXX", "c++")) is None:
         return None  # torch.utils.cpp_extension builds with $CXX, else c++
     from torch.utils.cpp_extension import load
 
-    print("AMX attention: loading the kernels (compiled on this machine's first use, "
+    print("bf16 attention: loading the kernels (compiled on this machine's first use, "
           "40-55 s, then cached)", flush=True)
     flags = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
              "-mavx512bf16", "-mfma", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"]
@@ -63,13 +74,13 @@ def kernel():
         return load("advrag_causal_attention", [str(SOURCE)], extra_cflags=flags,
                     extra_ldflags=["-fopenmp"])
     except (RuntimeError, OSError) as error:  # a compiler or toolchain that cannot build it
-        log.warning("AMX attention kernel unavailable, attention stays SDPA's: %s", error)
+        log.warning("bf16 attention kernels unavailable, attention stays SDPA's: %s", error)
         return None
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
                      bounds: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Causal attention of bf16 ``(batch, heads, len, 64)`` tensors on the AMX kernels, within each
+    """Causal attention of bf16 ``(batch, heads, len, 64)`` tensors on the kernels, within each
     sequence of ``bounds`` (int64 ``[0, …, len]``; None: the whole length is one): the output,
     laid out as ``(batch, len, heads, 64)``, and each query's log-sum-exp ``(batch, heads, len)``
     fp32. Differentiable in q, k and v."""
@@ -84,7 +95,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
 def sequence_attention(q: Tensor, k: Tensor, v: Tensor, bounds: Tensor,
                        scale: float) -> tuple[Tensor, Tensor]:
     """``causal_attention`` with its bounds given (the C++ kernel)."""
-    return tuple(kernel().causal_attention_forward(q, k, v, bounds, scale))
+    return tuple(kernel().causal_attention_forward(q, k, v, bounds, scale, amx_tiles()))
 
 
 @sequence_attention.register_fake
@@ -100,7 +111,7 @@ def sequence_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, gr
                                 scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of ``sequence_attention`` for q, k and v (the C++ kernel)."""
     return tuple(kernel().causal_attention_backward(q, k, v, out, grad_out.contiguous(),
-                                                    logsumexp, bounds, scale))
+                                                    logsumexp, bounds, scale, amx_tiles()))
 
 
 @sequence_attention_backward.register_fake
@@ -124,7 +135,7 @@ sequence_attention.register_autograd(_backward, setup_context=_save)
 
 def covered(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
             dropout: float, is_causal: bool | None) -> bool:
-    """Whether ``attention_forward`` runs the AMX kernel for this call (installed only where
+    """Whether ``attention_forward`` runs the kernels for this call (installed only where
     ``kernel()`` is available, so not asked here: compiled layers trace this check)."""
     bf16 = query.dtype == torch.bfloat16 or (
         torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
@@ -175,8 +186,9 @@ def _sdpa_by_sequence(module, query: Tensor, key: Tensor, value: Tensor,
 @contextmanager
 def amx_attention(model: torch.nn.Module) -> Iterator[None]:
     """``model`` (transformers, peft-wrapped or not) attending through ``attention_forward`` for
-    the body where it runs SDPA attention with heads of 64 and the kernel is available (built
-    here on first use); unchanged otherwise."""
+    the body where it runs SDPA attention with heads of 64 and the kernels are available (built
+    here on first use; on AMX tiles or AVX512-BF16 dot products, ``amx_tiles``); unchanged
+    otherwise."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

@@ -1,4 +1,5 @@
-// Causal attention (bf16, head size 64) on AMX block matmuls (ATen's cpublas::brgemm).
+// Causal attention (bf16, head size 64) by 64 x 64 blocks, whose products run on AMX tiles (ATen's
+// cpublas::brgemm) where the caller asks for them (`tiles`), else on AVX512-BF16 dot products.
 //
 // Forward: flash-attention's, each block of 64 queries against its keys in chunks of up to 256
 // (S = Q K^T for the chunk, an online softmax that rescales the running output, O += P V as one
@@ -31,7 +32,7 @@ namespace cpublas = at::native::cpublas;
 constexpr int64_t BLOCK = 64;  // keys and queries per block
 constexpr int64_t HEAD = 64;   // head size
 constexpr int64_t CHUNK = 256; // keys per step of the forward's online softmax
-static_assert(BLOCK == HEAD, "square blocks as wide as a head: one brgemm shape for every product");
+static_assert(BLOCK == HEAD, "square blocks as wide as a head: one shape for every product");
 
 namespace {
 
@@ -40,19 +41,76 @@ void transpose(const BFloat16* in, BFloat16* out) {  // BLOCK x HEAD -> HEAD x B
     for (int64_t c = 0; c < HEAD; ++c) out[c * BLOCK + r] = in[r * HEAD + c];
 }
 
-void pack(const BFloat16* in, BFloat16* out) {  // a 64 x 64 right operand into AMX's VNNI layout
-  cpublas::pack(BLOCK, HEAD, HEAD, HEAD, at::kBFloat16, at::kBFloat16, in, out);
+constexpr int64_t ROWS = 4;  // rows of C per pass of the dot-product kernel: 4 x 4 accumulators
+
+// C (BLOCK x 64, leading dimension ld_c) = or += A (BLOCK x depth, ld_a) B (depth x 64, in VNNI
+// pairs): AVX512-BF16 dot products, each adding a pair of A's products to 16 fp32 sums of C.
+void dot_product_block(int64_t depth, const BFloat16* a, int64_t ld_a, const BFloat16* packed_b,
+                       float* c, int64_t ld_c, bool add) {
+  constexpr int64_t LANES = 16;
+  for (int64_t row = 0; row < BLOCK; row += ROWS) {
+    __m512 acc[ROWS][HEAD / LANES];
+    for (int64_t r = 0; r < ROWS; ++r)
+      for (int64_t v = 0; v < HEAD / LANES; ++v)
+        acc[r][v] = add ? _mm512_loadu_ps(c + (row + r) * ld_c + v * LANES) : _mm512_setzero_ps();
+    for (int64_t k = 0; k < depth; k += 2) {
+      __m512bh b[HEAD / LANES];
+      for (int64_t v = 0; v < HEAD / LANES; ++v)
+        b[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(packed_b + k * HEAD + v * 2 * LANES));
+      for (int64_t r = 0; r < ROWS; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a + (row + r) * ld_a + k, sizeof(pair));
+        const __m512bh a_pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+        for (int64_t v = 0; v < HEAD / LANES; ++v)
+          acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a_pair, b[v]);
+      }
+    }
+    for (int64_t r = 0; r < ROWS; ++r)
+      for (int64_t v = 0; v < HEAD / LANES; ++v)
+        _mm512_storeu_ps(c + (row + r) * ld_c + v * LANES, acc[r][v]);
+  }
 }
 
-// A block's transpose as a packed right operand (Q^T, dO^T, K^T), through a BLOCK x HEAD scratch.
-void pack_transposed(const BFloat16* in, BFloat16* scratch, BFloat16* out) {
-  transpose(in, scratch);
-  pack(scratch, out);
-}
+// The block products of both kernels, on AMX tiles (ATen's cpublas::brgemm, with its own packing
+// of right operands) or on AVX512-BF16 dot products (right operands in VNNI pairs).
+struct BlockMath {
+  bool tiles;
 
-void matmul(const BFloat16* a, const BFloat16* packed_b, float* c, int64_t ld_c, bool add) {
-  cpublas::brgemm(BLOCK, BLOCK, BLOCK, BLOCK, BLOCK, ld_c, add, a, packed_b, c, true);
-}
+  // A 64 x 64 right operand packed. VNNI pairs: row pair p holds (in[2p][n], in[2p + 1][n]) for
+  // each n, so the operands of consecutive blocks make one operand as deep as all of them.
+  void pack(const BFloat16* in, BFloat16* out) const {
+    if (tiles) return cpublas::pack(BLOCK, HEAD, HEAD, HEAD, at::kBFloat16, at::kBFloat16, in, out);
+    for (int64_t p = 0; p < BLOCK / 2; ++p)
+      for (int64_t n = 0; n < HEAD; ++n) {
+        out[(p * HEAD + n) * 2] = in[2 * p * HEAD + n];
+        out[(p * HEAD + n) * 2 + 1] = in[(2 * p + 1) * HEAD + n];
+      }
+  }
+
+  // A block's transpose as a packed right operand (Q^T, dO^T, K^T), through a BLOCK x HEAD scratch.
+  void pack_transposed(const BFloat16* in, BFloat16* scratch, BFloat16* out) const {
+    transpose(in, scratch);
+    pack(scratch, out);
+  }
+
+  // C (BLOCK x 64) = or += A (BLOCK x depth) B (depth x 64, packed), depth a multiple of 64: every
+  // product of both kernels has this shape.
+  void product(int64_t depth, const BFloat16* a, int64_t ld_a, const BFloat16* packed_b, float* c,
+               int64_t ld_c, bool add) const {
+    if (tiles) return cpublas::brgemm(BLOCK, HEAD, depth, ld_a, HEAD, ld_c, add, a, packed_b, c, true);
+    dot_product_block(depth, a, ld_a, packed_b, c, ld_c, add);
+  }
+
+  // One square block product (A's rows BLOCK apart).
+  void matmul(const BFloat16* a, const BFloat16* packed_b, float* c, int64_t ld_c, bool add) const {
+    product(BLOCK, a, BLOCK, packed_b, c, ld_c, add);
+  }
+
+  // Hands the AMX tiles back after a thread's products.
+  void release() const {
+    if (tiles) cpublas::brgemm_release(true);
+  }
+};
 
 // One sequence: batch row b, head h, positions [start, start + len) of the length axis.
 struct Sequence {
@@ -181,6 +239,13 @@ ForwardWorkspace& forward_workspace(int64_t padded) {
   return w;
 }
 
+// The kernels' block math, checked against this CPU: AMX tiles where `tiles`, else AVX512-BF16.
+BlockMath block_math(bool tiles, const char* name) {
+  TORCH_CHECK(__builtin_cpu_supports("avx512bf16"), name, " needs a CPU with AVX512-BF16");
+  TORCH_CHECK(!tiles || cpublas::could_pack(at::kBFloat16), name, ": this CPU has no AMX tiles");
+  return BlockMath{tiles};
+}
+
 void check_inputs(std::initializer_list<const at::Tensor*> xs, const at::Tensor& q,
                   const char* name) {
   for (const at::Tensor* x : xs) {
@@ -189,7 +254,6 @@ void check_inputs(std::initializer_list<const at::Tensor*> xs, const at::Tensor&
                 name, " takes bf16 CPU tensors (batch, heads, len, 64) of one shape with "
                 "contiguous rows");
   }
-  TORCH_CHECK(cpublas::could_pack(at::kBFloat16), name, " needs AMX");
 }
 
 // The sequences' bounds on the length axis: int64 [0, ..., len], increasing.
@@ -227,7 +291,8 @@ int64_t padded_length(const std::vector<int64_t>& bounds) {
 // len) fp32.
 std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, const at::Tensor& bounds,
-                                                 double scale) {
+                                                 double scale, bool tiles) {
+  const BlockMath math = block_math(tiles, "causal_attention_forward");
   check_inputs({&q, &k, &v}, q, "causal_attention_forward");
   const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
   const std::vector<int64_t> cuts = sequence_bounds(bounds, full_len, "causal_attention_forward");
@@ -244,10 +309,10 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
       gather(k, seq, padded, K.data());
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
-        pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
+        math.pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
       }
       gather(v, seq, padded, K.data());  // K's rows are packed: its buffer takes V's
-      for (int64_t blk = 0; blk < blocks; ++blk) pack(K.data() + blk * BLOCK * HEAD,
+      for (int64_t blk = 0; blk < blocks; ++blk) math.pack(K.data() + blk * BLOCK * HEAD,
                                                       V_p.data() + blk * BLOCK * HEAD);
       float* lse_rows = lse.data_ptr<float>() + (seq.b * heads + seq.h) * full_len + seq.start;
       for (int64_t i = 0; i < blocks; ++i) {  // queries
@@ -258,13 +323,11 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
         for (int64_t first = 0; first < seen; first += CHUNK) {
           const int64_t keys = std::min(CHUNK, seen - first);
           for (int64_t j = 0; j < keys; j += BLOCK)
-            cpublas::brgemm(BLOCK, BLOCK, HEAD, HEAD, BLOCK, CHUNK, false,
-                            Q.data() + i * BLOCK * HEAD, KT_p.data() + (first + j) * HEAD,
-                            w.s.data() + j, true);
+            math.product(HEAD, Q.data() + i * BLOCK * HEAD, HEAD, KT_p.data() + (first + j) * HEAD,
+                    w.s.data() + j, CHUNK, false);
           online_softmax(w.s.data(), keys, first + keys == seen, static_cast<float>(scale),
                          w.max.data(), w.sum.data(), w.acc.data(), w.p.data());
-          cpublas::brgemm(BLOCK, HEAD, keys, CHUNK, HEAD, HEAD, true, w.p.data(),
-                          V_p.data() + first * HEAD, w.acc.data(), true);
+          math.product(keys, w.p.data(), CHUNK, V_p.data() + first * HEAD, w.acc.data(), HEAD, true);
         }
         const int64_t rows = std::min(BLOCK, len - i * BLOCK);
         for (int64_t r = 0; r < rows; ++r) {
@@ -277,7 +340,7 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
         }
       }
     }
-    cpublas::brgemm_release(true);
+    math.release();
   });
   return {out, lse};
 }
@@ -286,7 +349,9 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
                                                   const at::Tensor& v, const at::Tensor& out,
                                                   const at::Tensor& grad_out,
                                                   const at::Tensor& logsumexp,
-                                                  const at::Tensor& bounds, double scale) {
+                                                  const at::Tensor& bounds, double scale,
+                                                  bool tiles) {
+  const BlockMath math = block_math(tiles, "causal_attention_backward");
   check_inputs({&q, &k, &v, &out, &grad_out}, q, "causal_attention_backward");
   const int64_t batch = q.size(0), heads = q.size(1), full_len = q.size(2);
   const std::vector<int64_t> cuts = sequence_bounds(bounds, full_len, "causal_attention_backward");
@@ -317,26 +382,26 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
       }
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t at = blk * BLOCK * HEAD;
-        pack_transposed(Q.data() + at, scratch.data(), QT_p.data() + at);
-        pack_transposed(dO.data() + at, scratch.data(), dOT_p.data() + at);
+        math.pack_transposed(Q.data() + at, scratch.data(), QT_p.data() + at);
+        math.pack_transposed(dO.data() + at, scratch.data(), dOT_p.data() + at);
         transpose(K.data() + at, KT.data() + at);
-        pack(dO.data() + at, dO_p.data() + at);
-        pack(Q.data() + at, Q_p.data() + at);
+        math.pack(dO.data() + at, dO_p.data() + at);
+        math.pack(Q.data() + at, Q_p.data() + at);
       }
       std::fill(dQT.begin(), dQT.begin() + padded * HEAD, 0.f);
       for (int64_t j = 0; j < blocks; ++j) {  // keys
         const int64_t kj = j * BLOCK * HEAD;
         for (int64_t i = j; i < blocks; ++i) {  // queries at or after them
           const int64_t qi = i * BLOCK * HEAD;
-          matmul(K.data() + kj, QT_p.data() + qi, ST.data(), BLOCK, false);
-          matmul(V.data() + kj, dOT_p.data() + qi, dPT.data(), BLOCK, false);
+          math.matmul(K.data() + kj, QT_p.data() + qi, ST.data(), BLOCK, false);
+          math.matmul(V.data() + kj, dOT_p.data() + qi, dPT.data(), BLOCK, false);
           probabilities_and_score_grads(ST.data(), dPT.data(), LSE.data() + i * BLOCK,
                                         D.data() + i * BLOCK, static_cast<float>(scale), i == j,
                                         PT.data(), dST.data());
-          pack(dST.data(), dST_p.data());
-          matmul(PT.data(), dO_p.data() + qi, dV.data(), HEAD, i != j);
-          matmul(dST.data(), Q_p.data() + qi, dK.data(), HEAD, i != j);
-          matmul(KT.data() + kj, dST_p.data(), dQT.data() + i * BLOCK, padded, true);
+          math.pack(dST.data(), dST_p.data());
+          math.matmul(PT.data(), dO_p.data() + qi, dV.data(), HEAD, i != j);
+          math.matmul(dST.data(), Q_p.data() + qi, dK.data(), HEAD, i != j);
+          math.matmul(KT.data() + kj, dST_p.data(), dQT.data() + i * BLOCK, padded, true);
         }
         const int64_t rows = std::min(BLOCK, len - j * BLOCK);
         write_rows(dK.data(), HEAD, false, static_cast<float>(scale), dk, seq, j * BLOCK, rows);
@@ -344,7 +409,7 @@ std::vector<at::Tensor> causal_attention_backward(const at::Tensor& q, const at:
       }
       write_rows(dQT.data(), padded, true, static_cast<float>(scale), dq, seq, 0, len);
     }
-    cpublas::brgemm_release(true);
+    math.release();
   });
   return {dq, dk, dv};
 }

@@ -27,7 +27,7 @@ causal kernel (which skips the blocks above the diagonal and shares grouped
 key/value heads) instead of a dense mask over every block — the same values
 at the real tokens, a tenth off a SmolLM2 update on a CPU.
 
-Packed rows: where attention takes packed sequences (the AMX kernels'
+Packed rows: where attention takes packed sequences (the bf16 kernels'
 attention function, ``attention.ATTENTION_NAME``, in a forward with
 gradients), a micro-batch's rows go through the decoder one after another as a
 single row without their padding, positions restarting at each

@@ -24,9 +24,11 @@
   two more passes over the output, forward and backward): eager LoRA updates
   about 4 % faster on this project's CPU, compiled ones unchanged (inductor
   fuses peft's passes itself).
-- Attention: in bf16 updates on an AMX CPU (heads of 64, causal, no mask) the
-  forward and backward run on AMX block matmuls (``attention.amx_attention``, inside
-  ``training()``): 1.3–1.7x and 2.4–3.9x SDPA's CPU flash kernels; elsewhere SDPA's.
+- Attention: in bf16 updates on a CPU with AVX512-BF16 (heads of 64, causal, no
+  mask) the forward and backward run on the project's block kernels
+  (``attention.amx_attention``, inside ``training()``), on AMX tiles where the CPU
+  has them (1.3–1.7x and 2.4–3.9x SDPA's CPU flash kernels), else on AVX512-BF16
+  dot products; elsewhere SDPA's.
   There each micro-batch's rows run packed into one row without their padding
   (``logprobs.packed_inputs``).
 - Compiled update (``compile_update``): inside ``training()`` the decoder layers
@@ -352,8 +354,9 @@ class TrainablePolicy:
                 term (set False when ``kl_coef`` is 0 to save the memory).
             compile_update: run the decoder layers through ``torch.compile``
                 inside ``training()`` (a one-off compile; faster updates after).
-            amx_attention: bf16 updates on an AMX CPU take attention's AMX kernels
-                (``attention.amx_attention``); False keeps SDPA's.
+            amx_attention: bf16 updates on a CPU with AVX512-BF16 take attention's block
+                kernels, on AMX tiles where present (``attention.amx_attention``); False
+                keeps SDPA's.
         """
         if compile_update:
             check_compilable(model)  # fails now, before any change, not at the first update
@@ -395,7 +398,7 @@ class TrainablePolicy:
 
         Under bf16 the trainable linear weights run from one bf16 copy for the
         whole body (``trainable_weights_in_bf16``): step the optimizer after it;
-        on an AMX CPU attention runs ``attention.causal_attention``'s kernels
+        on a CPU with AVX512-BF16 attention runs ``attention.causal_attention``'s kernels
         (unless ``amx_attention`` is off).
         With ``compile_update`` the decoder layers run compiled in the body.
         """
