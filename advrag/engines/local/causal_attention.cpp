@@ -312,8 +312,8 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
         math.pack_transposed(K.data() + at, w.scratch.data(), KT_p.data() + at);
       }
       gather(v, seq, padded, K.data());  // K's rows are packed: its buffer takes V's
-      for (int64_t blk = 0; blk < blocks; ++blk) math.pack(K.data() + blk * BLOCK * HEAD,
-                                                      V_p.data() + blk * BLOCK * HEAD);
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        math.pack(K.data() + blk * BLOCK * HEAD, V_p.data() + blk * BLOCK * HEAD);
       float* lse_rows = lse.data_ptr<float>() + (seq.b * heads + seq.h) * full_len + seq.start;
       for (int64_t i = 0; i < blocks; ++i) {  // queries
         std::fill(w.max.begin(), w.max.end(), -INFINITY);
@@ -323,8 +323,8 @@ std::vector<at::Tensor> causal_attention_forward(const at::Tensor& q, const at::
         for (int64_t first = 0; first < seen; first += CHUNK) {
           const int64_t keys = std::min(CHUNK, seen - first);
           for (int64_t j = 0; j < keys; j += BLOCK)
-            math.product(HEAD, Q.data() + i * BLOCK * HEAD, HEAD, KT_p.data() + (first + j) * HEAD,
-                    w.s.data() + j, CHUNK, false);
+            math.product(HEAD, Q.data() + i * BLOCK * HEAD, HEAD,
+                         KT_p.data() + (first + j) * HEAD, w.s.data() + j, CHUNK, false);
           online_softmax(w.s.data(), keys, first + keys == seen, static_cast<float>(scale),
                          w.max.data(), w.sum.data(), w.acc.data(), w.p.data());
           math.product(keys, w.p.data(), CHUNK, V_p.data() + first * HEAD, w.acc.data(), HEAD, true);
