@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advrag.config.base import OverridesOf, Strict
-from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
+from advrag.config.engine import AMX_ATTENTION, LoraSettings, SFTConfig, TrainConfig
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
 from advrag.datasets.loaders import is_qa_path
 from advrag.datasets.world import WorldConfig
@@ -219,14 +219,7 @@ class RLRunConfig(Strict):
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
-    amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AVX512-BF16 run attention's forward and "
-        "backward on the project's block kernels, on AMX tiles where the CPU has them, else on "
-        "AVX512-BF16 dot products (the name predates the second; heads of 64; built on first use "
-        "with the system's C++ compiler, 40-55 s once), each micro-batch's rows packed into one "
-        "without their padding; false = SDPA's everywhere, rows padded. Elsewhere it changes "
-        "nothing.",
-    )
+    amx_attention: bool = Field(True, description=AMX_ATTENTION)
     compile_update: bool | Literal["auto"] = Field(
         "auto", description="Run the update's decoder layers through torch.compile (needs a C++ "
         "compiler on a CPU): a one-off compile of about half a minute (seconds once inductor's "

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from advrag.config.base import Strict
-from advrag.config.engine import LoraSettings, SFTConfig
+from advrag.config.engine import AMX_ATTENTION, LoraSettings, SFTConfig
 
 
 class JudgeSection(Strict):
@@ -59,14 +59,7 @@ class DiscriminatorSFTConfig(Strict):
     patience: int = Field(1, ge=1, description="Stop after this many epochs without a lower "
                           "held-out loss; the best epoch's adapter is kept.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
-    amx_attention: bool = Field(
-        True, description="bf16 updates on a CPU with AVX512-BF16 run attention's forward and "
-        "backward on the project's block kernels, on AMX tiles where the CPU has them, else on "
-        "AVX512-BF16 dot products (the name predates the second; heads of 64; built on first use "
-        "with the system's C++ compiler, 40-55 s once), each micro-batch's rows packed into one "
-        "without their padding; false = SDPA's everywhere, rows padded. Elsewhere it changes "
-        "nothing.",
-    )
+    amx_attention: bool = Field(True, description=AMX_ATTENTION)
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "
                                 "slices it cannot label are counted and dropped.")
     max_slice_tokens: int = Field(320, ge=1, description="GAR's L: most tokens per slice.")
