@@ -2,7 +2,7 @@
 
     python bench/bench_rollout_replay.py [--modes hf-bf16 hf-fp16 vllm-eager vllm-compiled]
                                          [--batch 32] [--repeats 3] [--arr-questions 8]
-                                         [--model DIR]
+                                         [--model DIR] [--vllm-block-size N]
 
 Each mode runs in its own subprocess. The policy is the train flow's: SmolLM2-135M
 (``--model``: e.g. a warmed-up checkpoint, whose rollouts search as in training)
@@ -67,10 +67,11 @@ def lora_policy(config, cpu_bf16: bool):
     return policy, loaded
 
 
-def engine_options(mode: str) -> tuple[str, dict]:
-    """``mode``'s back-end and its engine settings."""
+def engine_options(mode: str, block_size: int | None) -> tuple[str, dict]:
+    """``mode``'s back-end and its engine settings (``block_size``: vLLM's KV block tokens,
+    None = the generator's choice)."""
     if mode.startswith("vllm"):
-        return "vllm", {"enforce_eager": mode == "vllm-eager"}
+        return "vllm", {"enforce_eager": mode == "vllm-eager", "block_size": block_size}
     return ("hf-fp16" if mode == "hf-fp16" else "hf"), {}
 
 
@@ -79,12 +80,12 @@ def computes_in_bf16(mode: str) -> bool:
     return mode != "hf-fp16"
 
 
-def search_r1_generators(mode: str, config):
+def search_r1_generators(mode: str, config, block_size: int | None):
     """The train flow's generator for ``mode``; {name: generator}, tokenizer, engine start s."""
     from advrag.engines.generators import make_generator
 
     policy, loaded = lora_policy(config, computes_in_bf16(mode))
-    backend, engine = engine_options(mode)
+    backend, engine = engine_options(mode, block_size)
     started = time.perf_counter()
     generator = make_generator(backend, policy.model, loaded.tokenizer, loaded.source,
                                temperature=config.temperature, batch_size=64,
@@ -92,7 +93,7 @@ def search_r1_generators(mode: str, config):
     return {"policy": generator}, loaded.tokenizer, time.perf_counter() - started
 
 
-def arr_generators(mode: str, config):
+def arr_generators(mode: str, config, block_size: int | None):
     """One sampler per ARR agent (``dual.agent_generators`` on ``mode``'s back-end), adapters
     drawn non-zero."""
     from advrag.engines.local import dual
@@ -108,7 +109,7 @@ def arr_generators(mode: str, config):
                 weight.normal_(0, ADAPTER_STD)
     tokenizers = dict.fromkeys(policies, loaded.tokenizer)
     started = time.perf_counter()
-    backend, engine = engine_options(mode)
+    backend, engine = engine_options(mode, block_size)
     generators = dual.agent_generators(
         policies, tokenizers, temperature=config.temperature, backend=backend,
         model_dirs=dict.fromkeys(policies, resolve_model_dir(config.model)), **engine)
@@ -172,7 +173,7 @@ def run_mode(mode: str, args) -> list[dict]:
     rows = []
     for episode, (config, records) in episodes.items():
         build = arr_generators if episode == "arr" else search_r1_generators
-        generators, tokenizer, start_s = build(mode, config)
+        generators, tokenizer, start_s = build(mode, config, args.vllm_block_size)
         runs = [measure(episode, generators, tokenizer, retriever, records, config)
                 for _ in range(args.repeats + 1)][1:]
         rows.append({"mode": mode, "episode": episode, "engine_start_s": start_s,
@@ -189,7 +190,8 @@ def child_command(mode: str, args) -> list[str]:
     """This script, for one mode, with the same settings."""
     return [sys.executable, __file__, "--mode", mode, "--batch", str(args.batch),
             "--repeats", str(args.repeats), "--arr-questions", str(args.arr_questions),
-            "--index", str(args.index), "--model", args.model]
+            "--index", str(args.index), "--model", args.model,
+            *(["--vllm-block-size", str(args.vllm_block_size)] if args.vllm_block_size else [])]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -210,6 +212,8 @@ def main() -> None:
     parser.add_argument("--arr-questions", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="smollm2", help="policy (hub id, dir, 'smollm2')")
+    parser.add_argument("--vllm-block-size", type=int,
+                        help="vLLM's KV block tokens (default: the generator's choice)")
     parser.add_argument("--mode", choices=MODES, help="internal: run one mode")
     parser.add_argument("--index", type=Path, default=Path("processed/index"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_replay.json"))
@@ -224,7 +228,7 @@ def main() -> None:
         rows += json.loads([line for line in out.splitlines() if line.startswith("[")][-1])
         print(f"{mode}: done", flush=True)
     write_report(args.out, {"bench": "bench/bench_rollout_replay.py", "model": args.model,
-                            "batch": args.batch,
+                            "batch": args.batch, "vllm_block_size": args.vllm_block_size,
                             "arr_questions": args.arr_questions, "repeats": args.repeats,
                             "rows": rows})
     print_table(rows)

@@ -4,6 +4,7 @@
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
                               [--rollout-backend hf|hf-fp16|vllm] [--device cpu|cuda|auto]
                               [--model smollm2|DIR] [--random-weights] [--compile-update]
+                              [--vllm-block-size N]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
@@ -112,7 +113,8 @@ class OurSide:
             loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
         )
         self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
-        engine = {"enforce_eager": True} if args.rollout_backend == "vllm" else {}
+        engine = ({"enforce_eager": True, "block_size": args.vllm_block_size}
+                  if args.rollout_backend == "vllm" else {})
         self.generator = make_generator(  # the train flow's: a bf16 copy under bf16
             args.rollout_backend, policy.model, loaded.tokenizer, loaded.source,
             temperature=1.0, top_p=1.0, batch_size=args.prompts * args.group,
@@ -402,6 +404,8 @@ def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
     for flag in ("prompts", "group", "max_new_tokens", "max_prompt_len", "micro_batch",
                  "steps", "warmup", "lr", "kl", "seed", "rollout_backend", "model", "device"):
         cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    if args.vllm_block_size:
+        cmd += ["--vllm-block-size", str(args.vllm_block_size)]
     switches = [("--variant-bf16", bf16), ("--random-weights", args.random_weights),
                 ("--compile-update", args.compile_update)]
     return cmd + [switch for switch, on in switches if on]
@@ -468,6 +472,8 @@ def parse_args() -> argparse.Namespace:
                         "tokenizer only): same work per step, where the weights cannot travel")
     parser.add_argument("--compile-update", action="store_true",
                         help="our update's decoder layers through torch.compile (TRL's eager)")
+    parser.add_argument("--vllm-block-size", type=int,
+                        help="our vLLM engine's KV block tokens (default: the generator's choice)")
     parser.add_argument("--device", default="cpu",
                         help="'cpu', 'cuda' or 'auto' (advrag.common.device.pick_device)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")

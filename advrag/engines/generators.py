@@ -96,7 +96,8 @@ GENERATORS: dict[str, Callable[..., TextGenerator]] = {
     "vllm": _vllm_generator,
 }
 VLLM_CPU_MIN_HEAD_SIZE = 32
-VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enforce_eager", "seed"})
+VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enforce_eager", "seed",
+                                 "block_size"})
 """Settings only a vLLM engine takes: dropped when the back-end is transformers (``auto`` may
 pick either, so a caller can pass them either way)."""
 
@@ -133,8 +134,8 @@ def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | P
     ``options`` go to the generator's constructor: sampling (``temperature``,
     ``top_p``), ``batch_size``, ``max_prompt_tokens``, ``autocast`` (for vLLM it
     only picks the default ``dtype``), and for vLLM the engine settings
-    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``; ignored
-    when the back-end is transformers).
+    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``,
+    ``block_size``; ignored when the back-end is transformers).
     """
     if backend != "auto" and backend not in GENERATORS:
         raise ValueError(

@@ -121,6 +121,22 @@ def test_greedy_matches_transformers(engine, policy):
     assert torch.set_num_threads is SET_NUM_THREADS  # vLLM's no-op replacement is undone
 
 
+@pytest.mark.slow
+@needs_vllm
+def test_copies_of_a_prompt_share_kv_blocks_and_sample_alike(engine, policy):
+    """On a CPU the engine's KV blocks hold 32 tokens, so copies of one prompt (a GRPO group)
+    share the blocks of their common prefix in one batch, and each copy's greedy output is
+    still transformers' (the long prompt spans several blocks and a partial one)."""
+    from advrag.engines.vllm.generation import CPU_BLOCK_TOKENS
+
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == CPU_BLOCK_TOKENS
+    prompts = [LONG, PROMPTS[0], LONG, LONG]
+    assert len(policy.tokenizer(LONG)["input_ids"]) > 3 * CPU_BLOCK_TOKENS
+    engine.llm.reset_prefix_cache()
+    assert engine.generate(prompts, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        policy.model, policy.tokenizer, prompts)
+
+
 def first_ascii_word(text: str, start: int = 2) -> str:
     """The first 3 ASCII letters in a row at or after ``start`` (a stop string the model emits)."""
     match = re.compile(r"[A-Za-z]{3}").search(text, start)
