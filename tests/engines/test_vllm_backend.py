@@ -124,14 +124,21 @@ def test_greedy_matches_transformers(engine, policy):
 @pytest.mark.slow
 @needs_vllm
 def test_copies_of_a_prompt_share_kv_blocks_and_sample_alike(engine, policy):
-    """On a CPU the engine's KV blocks hold 32 tokens, so copies of one prompt (a GRPO group)
-    share the blocks of their common prefix in one batch, and each copy's greedy output is
-    still transformers' (the long prompt spans several blocks and a partial one)."""
+    """On a CPU the engine's KV blocks hold 32 tokens, so in one batch the later copies of a
+    prompt (a GRPO group) reuse the first copy's full blocks — all but the last token's block —
+    and each copy's greedy output is still transformers'."""
+    from vllm import SamplingParams
+
     from advrag.engines.vllm.generation import CPU_BLOCK_TOKENS
 
-    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == CPU_BLOCK_TOKENS
+    ids = policy.tokenizer(LONG, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 3 * CPU_BLOCK_TOKENS
+    shared = (len(ids) - 1) // CPU_BLOCK_TOKENS * CPU_BLOCK_TOKENS
+    engine.llm.reset_prefix_cache()
+    outputs = engine.llm.generate([{"prompt_token_ids": ids}] * 3, SamplingParams(max_tokens=1),
+                                  use_tqdm=False)
+    assert [out.num_cached_tokens for out in outputs] == [0, shared, shared]
     prompts = [LONG, PROMPTS[0], LONG, LONG]
-    assert len(policy.tokenizer(LONG)["input_ids"]) > 3 * CPU_BLOCK_TOKENS
     engine.llm.reset_prefix_cache()
     assert engine.generate(prompts, max_new_tokens=NEW_TOKENS) == hf_greedy(
         policy.model, policy.tokenizer, prompts)
