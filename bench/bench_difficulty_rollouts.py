@@ -2,6 +2,7 @@
 
     python bench/bench_difficulty_rollouts.py [--questions 8] [--k 4] [--batch 32]
                                               [--backends hf vllm] [--model DIR]
+                                              [--vllm-block-size N]
 
 Curation scores every training question by the mean reward of k rollouts of the
 current policy (UR² samples k = 20). This runs the Search-R1 agent loop of
@@ -26,15 +27,16 @@ from reporting import write_report
 
 
 def measure(backend: str, policy, tokenizer, config, questions: list[str], retriever,
-            batch: int) -> dict:
-    """One warm-up and one timed pass of the loop over ``questions`` on ``backend``."""
+            batch: int, block_size: int | None) -> dict:
+    """One warm-up and one timed pass of the loop over ``questions`` on ``backend``
+    (``block_size``: vLLM's KV block tokens, None = the generator's choice)."""
     from advrag.agents.search_loop import run_search_agent
     from advrag.engines.generators import make_generator
     from advrag.models.loading import resolve_model_dir
 
     generator = make_generator(backend, policy.model, tokenizer, resolve_model_dir(config.model),
                                temperature=config.temperature, batch_size=batch,
-                               autocast=policy.autocast)
+                               autocast=policy.autocast, block_size=block_size)
 
     def rollouts(chunk: list[str]) -> list:
         return run_search_agent(chunk, generator, retriever, max_turns=config.max_turns,
@@ -58,6 +60,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"])
+    parser.add_argument("--vllm-block-size", type=int,
+                        help="vLLM's KV block tokens (default: the generator's choice)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/difficulty_rollouts.json"))
     args = parser.parse_args()
 
@@ -74,7 +78,8 @@ def main() -> None:
     retriever = load_retriever(config.index_dir)
     train = load_qa(config.world_dir / "train.jsonl")
     questions = [r.question for r in train[: args.questions] for _ in range(args.k)]
-    rows = {backend: measure(backend, policy, tokenizer, config, questions, retriever, args.batch)
+    rows = {backend: measure(backend, policy, tokenizer, config, questions, retriever, args.batch,
+                             args.vllm_block_size)
             for backend in args.backends}
     for row in rows.values():
         row["projected_hours_for_train_split"] = {
@@ -85,7 +90,8 @@ def main() -> None:
         "settings": {"questions": args.questions, "k": args.k, "batch": args.batch,
                      "max_turns": config.max_turns, "topk": config.topk,
                      "max_new_tokens": config.max_new_tokens,
-                     "temperature": config.temperature},
+                     "temperature": config.temperature,
+                     "vllm_block_size": args.vllm_block_size},
         "train_questions": len(train), "rows": rows,
     })
 
