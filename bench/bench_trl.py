@@ -4,7 +4,7 @@
                               [--warmup 1] [--modes full lora] [--cpu-bf16 | --bf16-only]
                               [--rollout-backend hf|hf-fp16|vllm] [--device cpu|cuda|auto]
                               [--model smollm2|DIR] [--random-weights] [--compile-update]
-                              [--vllm-block-size N]
+                              [--vllm-block-size N] [--vllm-compiled]
 
 Each variant (full fine-tuning / LoRA r=16, fp32 / CPU bf16 autocast) runs in
 its own subprocess, which holds both trainers on SmolLM2-135M-Instruct (the
@@ -23,7 +23,9 @@ clip range, KL weight, loss aggregation, micro-batch, no gradient checkpointing)
   copy whose linear layers compute with fp16 weights through fbgemm, fp32
   activations, packed again after every update inside the step's time;
   ``--rollout-backend vllm``: an
-  in-process vLLM-CPU engine, eager, in the policy's compute dtype, weights
+  in-process vLLM-CPU engine, eager (``--vllm-compiled``: its torch.compile'd
+  graph, compiled at the engine's start, before the timed steps), in the
+  policy's compute dtype, weights
   pushed after every update inside the step's time) samples ``prompts × group``
   completions (one batched ``generate``), each becomes a ``Trajectory``
   (prompt segment + policy segment), rewards are scored, then
@@ -113,7 +115,7 @@ class OurSide:
             loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
         )
         self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
-        engine = ({"enforce_eager": True, "block_size": args.vllm_block_size}
+        engine = ({"enforce_eager": not args.vllm_compiled, "block_size": args.vllm_block_size}
                   if args.rollout_backend == "vllm" else {})
         self.generator = make_generator(  # the train flow's: a bf16 copy under bf16
             args.rollout_backend, policy.model, loaded.tokenizer, loaded.source,
@@ -345,7 +347,8 @@ WORK = {
     "ours": (
         "make_generator(rollout_backend).generate (one batch, temperature 1, top-p 1; hf under "
         "bf16: a bf16 copy, LoRA merged; hf-fp16: a copy with fp16 weights packed for fbgemm, fp32 "
-        "activations; vllm: an eager vLLM-CPU engine with KV blocks of 32 tokens unless "
+        "activations; vllm: a vLLM-CPU engine, eager unless --vllm-compiled, with KV blocks of 32 "
+        "tokens unless "
         "--vllm-block-size says otherwise, so a group's copies of a prompt share its prefill; "
         "each pushed after each "
         "update inside the step) -> Trajectory(prompt, policy) "
@@ -409,7 +412,7 @@ def child_command(mode: str, bf16: bool, args, out: Path) -> list[str]:
     if args.vllm_block_size:
         cmd += ["--vllm-block-size", str(args.vllm_block_size)]
     switches = [("--variant-bf16", bf16), ("--random-weights", args.random_weights),
-                ("--compile-update", args.compile_update)]
+                ("--compile-update", args.compile_update), ("--vllm-compiled", args.vllm_compiled)]
     return cmd + [switch for switch, on in switches if on]
 
 
@@ -476,6 +479,8 @@ def parse_args() -> argparse.Namespace:
                         help="our update's decoder layers through torch.compile (TRL's eager)")
     parser.add_argument("--vllm-block-size", type=int,
                         help="our vLLM engine's KV block tokens (default: the generator's choice)")
+    parser.add_argument("--vllm-compiled", action="store_true",
+                        help="our vLLM engine runs its torch.compile'd graph (default: eager)")
     parser.add_argument("--device", default="cpu",
                         help="'cpu', 'cuda' or 'auto' (advrag.common.device.pick_device)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trl.json")

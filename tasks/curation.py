@@ -44,6 +44,7 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     from advrag.engines.generators import make_generator
     from advrag.engines.local.generation import pick_dtype
     from advrag.models.loading import load_policy
+    from advrag.recipes.base import rollout_engine
     from advrag.retrieval.summary import make_summariser
 
     section = config.curate
@@ -52,7 +53,8 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
                 "summary": config.summary.model_dump(mode="json", exclude={"cache_dir"})}
     policy = load_policy(model_dir, dtype=pick_dtype("auto"))
     generator = make_generator(config.rollout_backend, policy.model, policy.tokenizer, model_dir,
-                               temperature=config.temperature, batch_size=64)
+                               temperature=config.temperature, batch_size=64,
+                               **rollout_engine(config, len(records) * section.k, policy.model))
 
     summariser = make_summariser(config.summary)
 

@@ -212,7 +212,7 @@ class RLRunConfig(Strict):
         "steps", "max_train_minutes", "checkpoint_every", "checkpoint_dir", "experiment",
         "evaluate", "registered_model", "registered_reasoner", "registered_verifier",
         "world_dir", "index_dir", "rollout_backend", "registered_discriminator",
-        "benchmark_base", "compile_update", "amx_attention"})
+        "benchmark_base", "compile_update", "amx_attention", "compile_rollout"})
 
     lora: LoraSettings | None = Field(
         default_factory=lambda: LoraSettings(r=16, alpha=32),
@@ -226,6 +226,13 @@ class RLRunConfig(Strict):
         "cache holds it), then faster updates. 'auto' = on a CPU with a C++ compiler, for runs "
         "that train at least 160 sequences (updates × sequences per update; the warm-up counts "
         "its own), else off.",
+    )
+    compile_rollout: bool | Literal["auto"] = Field(
+        "auto", description="Run vLLM rollout engines on their torch.compile'd graph instead of "
+        "eager: on a 2-core CPU rollouts about 1.15x faster, for about a minute more at the "
+        "engine's start (45 s once vLLM's and inductor's caches hold the graph). 'auto' = for "
+        "runs that sample at least 3,000 rollouts (steps × questions × group; curation: "
+        "questions × k), else eager. Rollouts on transformers ignore it.",
     )
     max_train_minutes: float | None = Field(
         None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "

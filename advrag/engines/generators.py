@@ -101,6 +101,21 @@ VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enfo
 """Settings only a vLLM engine takes: dropped when the back-end is transformers (``auto`` may
 pick either, so a caller can pass them either way)."""
 
+# compile_rollout: auto runs vLLM engines compiled for a run that samples at least this many
+# rollouts, about three times the break-even of `bench/bench_rollout_compile_payback.py` with
+# empty caches on the AVX512-BF16 CPU (56 s of compile against 55 ms saved a Search-R1 rollout
+# of ~145 tokens: 1,019 rollouts; README, "How fast").
+AUTO_COMPILE_MIN_ROLLOUTS = 3000
+
+
+def compile_rollout_for_run(setting: bool | str, rollouts: int) -> bool:
+    """Whether a vLLM engine runs its compiled graph under the ``compile_rollout`` setting for a
+    run that samples ``rollouts`` rollouts: ``True``/``False`` as given; ``"auto"`` from
+    ``AUTO_COMPILE_MIN_ROLLOUTS`` rollouts (the compile's minute at the start then pays)."""
+    if setting != "auto":
+        return bool(setting)
+    return rollouts >= AUTO_COMPILE_MIN_ROLLOUTS
+
 
 def resolve_backend(backend: str, model: nn.Module, autocast=None) -> str:
     """``backend``, with ``"auto"`` made concrete for ``model`` computing under ``autocast`` on

@@ -17,7 +17,7 @@ from pathlib import Path
 from advrag.agents.types import Trajectory
 from advrag.config import AdversarialRLConfig, TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, update_compiled
+from advrag.recipes.base import Recipe, rollout_engine, update_compiled
 from advrag.retrieval.base import Retriever
 
 
@@ -79,10 +79,12 @@ class ArrRecipe(Recipe):
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)
         dirs = {"reasoner": start_model, "verifier": start_model if c.policies == "shared_lora"
                 else c.verifier_model or start_model}
+        reasoner = policies["reasoner"]
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
             model_dirs={name: resolve_model_dir(spec) for name, spec in dirs.items()},
-            seed=configs["reasoner"].seed)
+            seed=configs["reasoner"].seed,
+            **rollout_engine(c, self.trained_sequences(), reasoner.model, reasoner.autocast))
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One joint update: rollout → score → reasoner update → verifier update."""

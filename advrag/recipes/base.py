@@ -187,6 +187,26 @@ def update_compiled(config: RLRunConfig, models: Sequence, sequences: int) -> bo
     return compiled
 
 
+def rollout_engine(config: RLRunConfig, rollouts: int, model, autocast=None) -> dict[str, bool]:
+    """The vLLM engine settings of ``config.compile_rollout`` for a run that samples
+    ``rollouts`` rollouts (``compile_rollout_for_run``), as ``make_generator`` options (which
+    transformers back-ends drop); what ``auto`` chose is printed where ``model`` (computing
+    under ``autocast``) samples on vLLM."""
+    from advrag.engines.generators import (
+        AUTO_COMPILE_MIN_ROLLOUTS,
+        compile_rollout_for_run,
+        resolve_backend,
+    )
+
+    compiled = compile_rollout_for_run(config.compile_rollout, rollouts)
+    on_vllm = resolve_backend(config.rollout_backend, model, autocast) == "vllm"
+    if config.compile_rollout == "auto" and on_vllm:
+        print(f"compile_rollout auto: a vLLM rollout engine runs "
+              f"{'compiled' if compiled else 'eager'} ({rollouts} rollouts to sample; auto "
+              f"compiles from {AUTO_COMPILE_MIN_ROLLOUTS})")
+    return {"enforce_eager": not compiled}
+
+
 def reuse_warmup(out: Path, settings: dict[str, Any]) -> bool:
     """True if ``out`` holds a warm-up made with ``settings``; raises if made with others."""
     marker = out / "warmup.json"

@@ -19,7 +19,7 @@ from functools import partial
 from advrag.agents.types import Trajectory
 from advrag.config import GARConfig, TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, update_compiled
+from advrag.recipes.base import Recipe, rollout_engine, update_compiled
 from advrag.retrieval.base import Retriever
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
@@ -75,7 +75,9 @@ class GarRecipe(Recipe):
                                               configs)
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
-            model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)), seed=c.optim.seed)
+            model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)), seed=c.optim.seed,
+            **rollout_engine(c, self.trained_sequences(), policies["reasoner"].model,
+                             policies["reasoner"].autocast))
         if "discriminator" in policies:
             self.scorer = partial(verdict_probabilities, policies["discriminator"], loaded.tokenizer)
         self.count_tokens = lambda text: len(loaded.tokenizer(text, add_special_tokens=False)

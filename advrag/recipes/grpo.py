@@ -16,7 +16,7 @@ from advrag.agents.types import Trajectory
 from advrag.config import TrainFlowConfig
 from advrag.core.rewards import answer_reward
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, trainable_policy
+from advrag.recipes.base import Recipe, rollout_engine, trainable_policy
 from advrag.retrieval.base import Retriever
 
 
@@ -52,7 +52,7 @@ class GrpoRecipe(Recipe):
         self.generators = {"reasoner": make_generator(
             c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
             temperature=c.temperature, batch_size=64, autocast=policy.autocast,
-            seed=c.optim.seed)}
+            seed=c.optim.seed, **rollout_engine(c, self.trained_sequences(), policy.model, policy.autocast))}
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One GRPO update: rollout → score → advantages → loss → step."""

@@ -214,6 +214,29 @@ def test_pushed_full_update_is_sampled_by_the_same_engine(engine, policy):
 
 @pytest.mark.slow
 @needs_vllm
+def test_compiled_engine_samples_each_pushed_update(model_dir, policy):
+    """``compile_rollout``: an engine on vLLM's torch.compile'd graph gives transformers' greedy
+    output, and after a pushed optimizer step the new weights' output (the graph reads the
+    pushed weights, it did not bake the old ones in), then the old again."""
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    compiled = VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
+                             kv_cache_gib=0.25, enforce_eager=False)
+    assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        policy.model, policy.tokenizer)
+    model = copy.deepcopy(policy.model)
+    one_adamw_step(model)
+    expected = hf_greedy(model, policy.tokenizer)
+    assert expected != hf_greedy(policy.model, policy.tokenizer)  # the update changed the output
+    compiled.push_weights(model)
+    assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
+    compiled.push_weights(policy.model)
+    assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
+        policy.model, policy.tokenizer)
+
+
+@pytest.mark.slow
+@needs_vllm
 def test_pushed_lora_adapter_is_merged(engine, policy):
     """A LoRA-wrapped policy with a nonzero B: vLLM samples the merged weights."""
     from peft import LoraConfig, get_peft_model

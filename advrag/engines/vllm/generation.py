@@ -125,9 +125,10 @@ class VLLMGenerator(ChatPrompting):
     sequences the engine runs at once (vLLM's ``max_num_seqs``); a call with
     more prompts is queued by the engine itself. ``dtype`` is the engine's
     weight dtype (``"float32"``, ``"bfloat16"``, ``"auto"``); pushed weights are
-    cast to it. ``enforce_eager`` (default) skips vLLM's torch.compile: on this
-    2-core CPU the engine then starts in about 10 s instead of 80 s, for rollouts
-    within 15 % of the compiled graph's speed (``bench/results/rollout_replay.json``).
+    cast to it. ``enforce_eager`` (default) skips vLLM's torch.compile: on the
+    project's 2-core CPUs the engine then starts in about 6–10 s instead of 50–90 s,
+    for rollouts up to 15 % slower than the compiled graph's (README, "How fast";
+    ``compile_rollout`` decides per run).
     ``adapter``: on a base shared by several LoRA adapters, the one merged into
     every push (one engine per agent). ``block_size``: tokens per KV block (None:
     ``kv_block_tokens``'s choice).
