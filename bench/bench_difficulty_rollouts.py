@@ -1,7 +1,7 @@
 """How long UR²'s difficulty estimation takes here: k sampled rollouts per training question.
 
     python bench/bench_difficulty_rollouts.py [--questions 8] [--k 4] [--batch 32]
-                                              [--backends hf vllm] [--model DIR]
+                                              [--backends hf vllm vllm-compiled] [--model DIR]
                                               [--vllm-block-size N]
 
 Curation scores every training question by the mean reward of k rollouts of the
@@ -9,7 +9,9 @@ current policy (UR² samples k = 20). This runs the Search-R1 agent loop of
 ``configs/train.yaml`` (its turns, top-k, token cap and temperature; the dense
 index) with the policy (``--model``, default the config's; a warmed-up one
 searches as the policy being curated does) on each rollout back-end in turn
-(transformers: a bf16 copy on a bf16 CPU; vLLM: an eager engine), on
+(transformers: a bf16 copy on a bf16 CPU; vLLM: an eager engine; vllm-compiled: one on
+vLLM's torch.compile'd graph, what ``compile_rollout: auto`` picks for a paper-scale
+curation), on
 ``--questions`` train questions × ``--k`` samples, ``--batch`` rollouts per
 batched call, and reports per back-end rollouts/s, generated tokens/s and the
 projected hours for the whole world's train split at k = 4, 8 and 20. One timed
@@ -29,14 +31,16 @@ from reporting import write_report
 def measure(backend: str, policy, tokenizer, config, questions: list[str], retriever,
             batch: int, block_size: int | None) -> dict:
     """One warm-up and one timed pass of the loop over ``questions`` on ``backend``
-    (``block_size``: vLLM's KV block tokens, None = the generator's choice)."""
+    (``block_size``: vLLM's KV block tokens, None = the generator's choice); the engine's
+    start (and compile) is not timed."""
     from advrag.agents.search_loop import run_search_agent
     from advrag.engines.generators import make_generator
     from advrag.models.loading import resolve_model_dir
 
-    generator = make_generator(backend, policy.model, tokenizer, resolve_model_dir(config.model),
-                               temperature=config.temperature, batch_size=batch,
-                               autocast=policy.autocast, block_size=block_size)
+    generator = make_generator(backend.removesuffix("-compiled"), policy.model, tokenizer,
+                               resolve_model_dir(config.model), temperature=config.temperature,
+                               batch_size=batch, autocast=policy.autocast, block_size=block_size,
+                               enforce_eager=backend != "vllm-compiled")
 
     def rollouts(chunk: list[str]) -> list:
         return run_search_agent(chunk, generator, retriever, max_turns=config.max_turns,
@@ -59,7 +63,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"])
+    parser.add_argument("--backends", nargs="+", choices=["hf", "vllm", "vllm-compiled"],
+                        default=["hf", "vllm"])
     parser.add_argument("--vllm-block-size", type=int,
                         help="vLLM's KV block tokens (default: the generator's choice)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/difficulty_rollouts.json"))
