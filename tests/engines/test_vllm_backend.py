@@ -212,16 +212,24 @@ def test_pushed_full_update_is_sampled_by_the_same_engine(engine, policy):
     )
 
 
+@pytest.fixture(scope="module")
+def compiled_engine(model_dir, policy):
+    """An engine on vLLM's torch.compile'd graph, held for the module like ``engine``: vLLM
+    tears down the process's parallel groups when any in-process engine shuts down, which
+    would leave ``engine`` unusable for the tests after this one."""
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    return VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
+                         kv_cache_gib=0.25, enforce_eager=False)
+
+
 @pytest.mark.slow
 @needs_vllm
-def test_compiled_engine_samples_each_pushed_update(model_dir, policy):
+def test_compiled_engine_samples_each_pushed_update(compiled_engine, policy):
     """``compile_rollout``: an engine on vLLM's torch.compile'd graph gives transformers' greedy
     output, and after a pushed optimizer step the new weights' output (the graph reads the
     pushed weights, it did not bake the old ones in), then the old again."""
-    from advrag.engines.vllm.generation import VLLMGenerator
-
-    compiled = VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
-                             kv_cache_gib=0.25, enforce_eager=False)
+    compiled = compiled_engine
     assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
         policy.model, policy.tokenizer)
     model = copy.deepcopy(policy.model)
