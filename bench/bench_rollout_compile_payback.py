@@ -7,12 +7,12 @@ loop: 2 turns, 64 new tokens a call, top-3 retrieval over ``processed/index``;
 ``bench_rollout_replay.py``'s LoRA policy and engine settings): an eager engine,
 then a compiled one with empty vLLM and inductor caches (a run's first start on
 a machine), then a compiled one again on those now-filled caches (every later
-start). Each starts its engine (timed), runs one untimed-for-the-rate first
-round of ``batch`` rollouts (it compiles what the start left), then ``rounds``
-timed rounds. The compile's cost is (start + first round) compiled less eager's;
-the saving per rollout is the difference of the median rounds over ``batch``;
-their ratio is the break-even run length, in rollouts, that `compile_rollout:
-auto`'s threshold (``AUTO_COMPILE_ROLLOUT_MIN_ROLLOUTS``) is set from.
+start). Each starts its engine (timed), runs a first round of ``batch``
+rollouts (which compiles whatever the start left), then ``rounds`` more. The
+compile's cost is (start + first round) compiled less eager's; the saving per
+rollout is the difference of the median later rounds over ``batch``; their ratio
+is the break-even run length, in rollouts, that `compile_rollout: auto`'s
+threshold (``AUTO_COMPILE_MIN_ROLLOUTS``) is set from.
 """
 
 from __future__ import annotations

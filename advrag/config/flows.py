@@ -229,10 +229,10 @@ class RLRunConfig(Strict):
     )
     compile_rollout: bool | Literal["auto"] = Field(
         "auto", description="Run vLLM rollout engines on their torch.compile'd graph instead of "
-        "eager: on a 2-core CPU rollouts about 1.15x faster, for about a minute more at the "
-        "engine's start (45 s once vLLM's and inductor's caches hold the graph). 'auto' = for "
-        "runs that sample at least 3,000 rollouts (steps × questions × group; curation: "
-        "questions × k), else eager. Rollouts on transformers ignore it.",
+        "eager: rollouts 1.15x faster on the 2-core AVX512-BF16 CPU of README 'How fast', for "
+        "about a minute more at the engine's start (45 s once vLLM's and inductor's caches hold "
+        "the graph). 'auto' = for runs that sample at least 3,000 rollouts (steps × questions "
+        "× group; curation: questions × k), else eager. Rollouts on transformers ignore it.",
     )
     max_train_minutes: float | None = Field(
         None, gt=0, description="Wall-clock budget of this run's updates: stop (and checkpoint) "

@@ -52,7 +52,8 @@ class GrpoRecipe(Recipe):
         self.generators = {"reasoner": make_generator(
             c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
             temperature=c.temperature, batch_size=64, autocast=policy.autocast,
-            seed=c.optim.seed, **rollout_engine(c, self.trained_sequences(), policy.model, policy.autocast))}
+            seed=c.optim.seed,
+            **rollout_engine(c, self.trained_sequences(), policy.model, policy.autocast))}
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One GRPO update: rollout → score → advantages → loss → step."""
