@@ -95,6 +95,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/bench_trl.py --cpu-bf16
 	$(PY) bench/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
 	$(PY) bench/bench_rollout_replay.py
+	$(PY) bench/bench_rollout_compile_payback.py
 	$(PY) bench/bench_cost_growth.py
 	$(PY) bench/bench_demo.py
 	$(PY) bench/bench_ur2.py

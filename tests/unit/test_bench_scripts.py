@@ -121,3 +121,19 @@ def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkey
                                                               "+ compiled layers"]
     assert [name for name, way in WAYS.items() if way[5]] == ["+ packed rows",
                                                               "+ compiled layers"]
+
+
+def test_rollout_compile_payback_from_hand_timings(monkeypatch):
+    """Cost = (start + first round) compiled − eager's; saving = difference of the later
+    rounds' medians over the rollouts a round; break-even = cost / saving."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_rollout_compile_payback import payback
+
+    eager = {"start_s": 6.0, "first_round_s": 5.0, "rounds_s": [5.0, 4.0, 6.0]}
+    compiled = {"start_s": 60.0, "first_round_s": 4.0, "rounds_s": [4.5, 4.0, 4.25]}
+    result = payback(eager, compiled, batch=16)
+    assert result["compile_cost_s"] == 53.0
+    assert result["saved_s_per_rollout"] == 0.75 / 16
+    assert result["break_even_rollouts"] == 53.0 / (0.75 / 16)
+    slower = compiled | {"rounds_s": [5.5, 5.0, 6.0]}
+    assert payback(eager, slower, batch=16)["break_even_rollouts"] is None
