@@ -322,9 +322,11 @@ def test_make_generator_starts_from_the_models_current_weights(model_dir, policy
 
 @pytest.mark.slow
 @needs_vllm
+@pytest.mark.parametrize("compile_rollout", [False, True])
 def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_world_dir,
-                                                          small_index_dir):
-    """`rollout_backend: vllm` in the train flow: after a GRPO update the engine has its weights."""
+                                                          small_index_dir, compile_rollout):
+    """`rollout_backend: vllm` in the train flow, on an eager engine and (``compile_rollout``) on
+    a compiled one: after a GRPO update the engine has its weights."""
     from advrag.config import TrainFlowConfig
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.steps import grpo_step
@@ -334,13 +336,14 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
 
     config = TrainFlowConfig(
         model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="vllm",
-        warmup=None, evaluate=None,
+        warmup=None, evaluate=None, compile_rollout=compile_rollout,
         optim={"lr": 0.1, "group_size": 4, "micro_batch_size": 4, "max_seq_len": 512, "seed": 3})
     recipe = GrpoRecipe(config)
     recipe.build(str(model_dir))
     trainer, generator = recipe.trainers["reasoner"], recipe.generators["reasoner"]
     assert isinstance(generator, VLLMGenerator)
     assert generator.llm.model_config.seed == 3  # the run's seed drives the sampler too
+    assert generator.llm.model_config.enforce_eager is not compile_rollout
     base = hf_greedy(trainer.policy.model, trainer.tokenizer)
     grpo_step(trainer, generator, load_retriever(small_index_dir),
               load_qa(small_world_dir / "train.jsonl", limit=2),
