@@ -212,24 +212,16 @@ def test_pushed_full_update_is_sampled_by_the_same_engine(engine, policy):
     )
 
 
-@pytest.fixture(scope="module")
-def compiled_engine(model_dir, policy):
-    """An engine on vLLM's torch.compile'd graph, held for the module like ``engine``: vLLM
-    tears down the process's parallel groups when any in-process engine shuts down, which
-    would leave ``engine`` unusable for the tests after this one."""
-    from advrag.engines.vllm.generation import VLLMGenerator
-
-    return VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
-                         kv_cache_gib=0.25, enforce_eager=False)
-
-
 @pytest.mark.slow
 @needs_vllm
-def test_compiled_engine_samples_each_pushed_update(compiled_engine, policy):
+def test_compiled_engine_samples_each_pushed_update(model_dir, policy):
     """``compile_rollout``: an engine on vLLM's torch.compile'd graph gives transformers' greedy
     output, and after a pushed optimizer step the new weights' output (the graph reads the
     pushed weights, it did not bake the old ones in), then the old again."""
-    compiled = compiled_engine
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    compiled = VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=8,
+                             kv_cache_gib=0.25, enforce_eager=False)
     assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
         policy.model, policy.tokenizer)
     model = copy.deepcopy(policy.model)
@@ -241,6 +233,26 @@ def test_compiled_engine_samples_each_pushed_update(compiled_engine, policy):
     compiled.push_weights(policy.model)
     assert compiled.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
         policy.model, policy.tokenizer)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_an_engine_shut_down_leaves_the_others_running(engine, model_dir, policy):
+    """vLLM tears down its process-wide parallel groups when an in-process engine shuts down;
+    ``share_process_state`` keeps them while another engine runs, so ``engine`` still samples
+    after a second engine came and went (without it: "pipeline model parallel group is not
+    initialized")."""
+    import gc
+
+    from advrag.engines.vllm.generation import VLLMGenerator
+
+    other = VLLMGenerator(model_dir, policy.tokenizer, dtype="float32", batch_size=4,
+                          kv_cache_gib=0.25, enforce_eager=True)
+    expected = hf_greedy(policy.model, policy.tokenizer)
+    assert other.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
+    del other
+    gc.collect()
+    assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
 
 
 @pytest.mark.slow

@@ -35,7 +35,9 @@ up to 127 tokens that smaller blocks share.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -115,7 +117,51 @@ def start_engine(model_dir: str | Path, *, dtype: str, batch_size: int, kv_cache
     finally:
         torch.set_num_threads = set_num_threads
     llm.reset_prefix_cache()
+    share_process_state(llm)
     return llm
+
+
+_running_engines = 0  # in-process engines started by start_engine and not shut down yet
+
+
+def share_process_state(llm) -> None:
+    """Let ``llm`` shut down without breaking the other engines of this process.
+
+    An in-process vLLM engine's shutdown (when it is collected) tears down vLLM's
+    process-wide parallel groups, which every in-process engine uses: the others then fail
+    with "pipeline model parallel group is not initialized" (ARR and GAR run one engine per
+    agent). Here ``llm``'s shutdown keeps those groups while another engine still runs; the
+    last one to shut down tears them down as vLLM does.
+    """
+    global _running_engines
+    client = llm.llm_engine.engine_core  # vLLM's in-process client (multiprocessing is off)
+    client._finalizer.detach()
+    client._finalizer = weakref.finalize(client, _shut_down, client.engine_core)
+    _running_engines += 1
+
+
+def _shut_down(engine_core) -> None:
+    """``engine_core.shutdown()``, keeping the parallel groups if other engines still run."""
+    global _running_engines
+    _running_engines -= 1
+    if _running_engines == 0:
+        engine_core.shutdown()
+        return
+    with _parallel_groups_kept():
+        engine_core.shutdown()
+
+
+@contextmanager
+def _parallel_groups_kept() -> Iterator[None]:
+    """vLLM's engine shutdown with its teardown of the process's parallel groups skipped."""
+    import vllm.v1.engine.core as engine_core_module
+
+    cleanup = engine_core_module.cleanup_dist_env_and_memory
+    engine_core_module.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        engine_core_module.cleanup_dist_env_and_memory = cleanup
 
 
 class VLLMGenerator(ChatPrompting):
