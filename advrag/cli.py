@@ -41,10 +41,25 @@ def _environment() -> None:
 CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe."
 
 
-CONFIG_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "train": "TrainFlowConfig",
-                "arr": "AdversarialRLConfig", "ur2": "UR2Config", "gar": "GARConfig",
-                "pipeline": "PipelineConfig", "nightly": "PipelineConfig",
-                "discriminator": "DiscriminatorSFTConfig"}
+FLOW_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "pipeline": "PipelineConfig",
+              "nightly": "PipelineConfig", "discriminator": "DiscriminatorSFTConfig"}
+"""Config kinds of the flows that are not RL recipes; each recipe's name and aliases are kinds
+too (``advrag.recipes.RECIPES``)."""
+
+SET_HELP = ("Override a setting, as `key.sub=value` (the value read as YAML), repeatable; "
+            "validated like the file and part of the config hash.")
+
+
+def recipe_kinds() -> dict[str, type]:
+    """Recipe config kind (its name, and its CLI aliases) → its recipe class."""
+    from advrag.recipes import RECIPES
+
+    return {kind: recipe for recipe in RECIPES.values() for kind in (recipe.name, *recipe.aliases)}
+
+
+def config_kinds() -> list[str]:
+    """Every config kind: the flows', then the recipes' (``recipe_kinds``)."""
+    return [*FLOW_KINDS, *recipe_kinds()]
 
 
 @contextmanager
@@ -59,32 +74,55 @@ def config_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+def overrides_of(settings: list[str] | None) -> dict | None:
+    """The ``--set`` options as one nested mapping; a malformed one exits 2."""
+    from advrag.config import ConfigError, parse_overrides
+
+    if not settings:
+        return None
+    try:
+        return parse_overrides(settings)
+    except ConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 def load(path: Path, kind: str, overrides: dict | None = None):
     """The config file ``path`` (+ ``overrides``) validated as ``kind``; a bad one exits 2.
 
     Commands call it before importing their flow: a typo fails in a fraction of a second.
     """
-    from advrag.common.device import requested_device
     from advrag.config import load_config
 
     with config_errors():
         config = load_config(path, config_model(kind), overrides)
-    try:
-        requested_device()  # a typo in $ADVRAG_DEVICE, before anything loads a model
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    check_device()
     return config
 
 
+def check_device() -> None:
+    """A typo in ``$ADVRAG_DEVICE`` exits 2, before anything loads a model."""
+    from advrag.common.device import requested_device
+
+    try:
+        requested_device()
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 def config_model(kind: str) -> type:
-    """The flow config model of ``kind`` (see ``CONFIG_KINDS``)."""
+    """The config model of ``kind`` (``config_kinds``)."""
     from advrag import config
 
-    if kind not in CONFIG_KINDS:
-        hint = config.did_you_mean(kind, CONFIG_KINDS) or f"choose one of {', '.join(CONFIG_KINDS)}"
+    recipes = recipe_kinds()
+    if kind in recipes:
+        return recipes[kind].config_model
+    if kind not in FLOW_KINDS:
+        kinds = config_kinds()
+        hint = config.did_you_mean(kind, kinds) or f"choose one of {', '.join(kinds)}"
         raise config.ConfigError(f"--kind: unknown kind {kind!r} — {hint}")
-    return getattr(config, CONFIG_KINDS[kind])
+    return getattr(config, FLOW_KINDS[kind])
 
 
 @app.command()
@@ -255,40 +293,58 @@ def benchmark(
     flow(cfg)
 
 
-@app.command()
-def train(config: Path = typer.Option(Path("configs/train.yaml"), help=CONFIG_HELP)) -> None:
-    """Flow: GRPO-train the Search-R1-style agent (resumes from its latest checkpoint)."""
-    cfg = load(config, "train")
-    from advrag.flows.train import train as flow
-
-    flow(cfg)
-
-
-@app.command("adversarial-rl")
-def adversarial_rl(
-    config: Path = typer.Option(Path("configs/arr.yaml"), help=CONFIG_HELP),
-    run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
-) -> None:
-    """Flow: ARR, train a reasoner and a verifier jointly (resumes from their latest checkpoints)."""
-    cfg = load(config, "arr")
-    from advrag.flows.adversarial_rl import adversarial_rl as flow
-
-    flow(cfg, run_name=run_name or config.stem)
+RUN_NAME_HELP = "MLflow run name (default: the config's file name)."
 
 
 @app.command()
 def rl(
-    config: Path = typer.Option(..., help="Config of any recipe; its `recipe:` (grpo, arr) picks it."),
-    run_name: str | None = typer.Option(None, help="MLflow run name (default: the config's file name)."),
+    config: Path = typer.Option(..., help="Config of any recipe; its `recipe:` picks it (one of "
+                                "advrag.recipes.RECIPES: grpo, arr, ur2, gar)."),
+    run_name: str | None = typer.Option(None, help=RUN_NAME_HELP),
+    settings: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
     """Flow: train the recipe a config names (resumes from its latest checkpoint)."""
+    run_recipe_config(config, run_name, overrides_of(settings))
+
+
+def run_recipe_config(config: Path, run_name: str | None, overrides: dict | None,
+                      expected: str | None = None) -> None:
+    """Validate the recipe config (a bad one exits 2 before Prefect is imported), then run it;
+    ``expected``: the recipe an alias command runs."""
     from advrag.recipes import recipe_for
 
     with config_errors():
-        recipe_for(config)  # the recipe and its config: fails here, before Prefect is imported
+        recipe = recipe_for(config, overrides)
+    if expected is not None and recipe.name != expected:
+        typer.echo(f"error: {config}: recipe: {recipe.name!r} — this command runs {expected!r} "
+                   f"configs; run `advrag rl --config {config}`", err=True)
+        raise typer.Exit(2)
+    check_device()
     from advrag.flows.rl import rl_flow as flow
 
-    flow(str(config), run_name=run_name or config.stem)
+    flow(str(config), run_name=run_name or config.stem, overrides=overrides)
+
+
+def add_recipe_aliases() -> None:
+    """`advrag <alias>` for every alias in the recipe table: `rl` on that recipe's default config."""
+    for kind, recipe in recipe_kinds().items():
+        if kind != recipe.name:
+            app.command(kind, help=f"Flow: the {recipe.name} recipe (`advrag rl` with its "
+                        f"config, default {recipe.default_config}); resumes from its latest "
+                        "checkpoint.")(recipe_alias(recipe.name, recipe.default_config))
+
+
+def recipe_alias(name: str, default_config: str):
+    """The command function of an alias of recipe ``name``."""
+    def command(config: Path = typer.Option(Path(default_config), help=CONFIG_HELP),
+                run_name: str | None = typer.Option(None, help=RUN_NAME_HELP),
+                settings: list[str] = typer.Option(None, "--set", help=SET_HELP)) -> None:
+        run_recipe_config(config, run_name, overrides_of(settings), expected=name)
+
+    return command
+
+
+add_recipe_aliases()
 
 
 @app.command("policy-hash")
@@ -508,31 +564,35 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(
     file: Path = typer.Argument(..., help="A config file (configs/*.yaml)."),
-    kind: str | None = typer.Option(None, help=f"One of {', '.join(CONFIG_KINDS)}; default: "
+    kind: str | None = typer.Option(None, help="One of the flows' kinds (demo, benchmark, "
+                                    "pipeline, nightly, discriminator) or a recipe's; default: "
                                     "its `recipe:`, else the kind whose fields its keys match best."),
+    settings: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
-    """Print the resolved config (extends: applied, every default filled in) and its hash."""
+    """Print the resolved config (extends: and --set applied, every default filled in) and its
+    hash."""
     import yaml
 
     from advrag.config import config_hash, load_config
 
+    overrides = overrides_of(settings)
     with config_errors():
-        model = config_model(kind) if kind else guess_model(file)
-        cfg = load_config(file, model)
+        model = config_model(kind) if kind else guess_model(file, overrides)
+        cfg = load_config(file, model, overrides)
     typer.echo(f"# {file} as {model.__name__}; hash {config_hash(cfg)}")
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())
 
 
-def guess_model(file: Path) -> type:
-    """The flow config model a file is for: its ``recipe:``'s, else the one sharing the most
-    top-level keys with it (ties: the first of demo, pipeline, benchmark, train, arr)."""
+def guess_model(file: Path, overrides: dict | None = None) -> type:
+    """The config model a file is for: its ``recipe:``'s, else the one sharing the most
+    top-level keys with it (ties: the first of demo, pipeline, benchmark, grpo, arr)."""
     from advrag import config
     from advrag.recipes import RECIPES
 
-    raw = config.read_yaml_mapping(file, chain=())
+    raw = config.merged(config.read_yaml_mapping(file, chain=()), overrides or {})
     if str(raw.get("recipe")) in RECIPES:
-        return RECIPES[str(raw["recipe"])][1]
-    models = [config_model(kind) for kind in ("demo", "pipeline", "benchmark", "train", "arr",
+        return RECIPES[str(raw["recipe"])].config_model
+    models = [config_model(kind) for kind in ("demo", "pipeline", "benchmark", "grpo", "arr",
                                               "discriminator")]
     return max(models, key=lambda model: len(raw.keys() & model.model_fields.keys()))
 

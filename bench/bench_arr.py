@@ -49,13 +49,13 @@ def main() -> None:
                         help="run the config's SFT warm-up first (timed) and train from it")
     args = parser.parse_args()
 
-    from advrag.config import AdversarialRLConfig, load_config
+    from advrag.config import load_config
     from advrag.datasets.loaders import load_qa
-    from advrag.engines.local.arr_step import arr_step
-    from advrag.recipes.arr import ArrRecipe
+    from advrag.recipes.arr import ArrConfig, ArrRecipe
+    from advrag.recipes.arr.step import arr_step
     from advrag.retrieval.retriever import load_retriever
 
-    config = load_config(args.config, AdversarialRLConfig)
+    config = load_config(args.config, ArrConfig)
     scratch = tempfile.TemporaryDirectory()
     model = args.model
     if model == "tiny":

@@ -26,10 +26,11 @@ from pathlib import Path
 from bench_arr import tiny_model  # bench/ is the script's directory
 from reporting import write_report
 
-from advrag.config import AdversarialRLConfig, BenchmarkConfig, TrainFlowConfig, load_config
-from advrag.flows.adversarial_rl import adversarial_rl
+from advrag.config import BenchmarkConfig, load_config
 from advrag.flows.benchmark import benchmark
-from advrag.flows.train import train
+from advrag.flows.rl import rl_flow
+from advrag.recipes.arr import ArrConfig
+from advrag.recipes.grpo import GrpoConfig
 
 ARR_CONFIGS = {"arr": "configs/arr.yaml", "arr-no-adv": "configs/arr-no-adv.yaml",
                "arr-no-proc": "configs/arr-no-proc.yaml"}
@@ -48,7 +49,7 @@ def budgeted(config, minutes: float, checkpoints: Path, name: str, model: str | 
                    "optim": config.optim.model_copy(update={"max_seq_len": 4096}),
                    "warmup": config.warmup.model_copy(update={
                        "sft": config.warmup.sft.model_copy(update={"max_seq_len": 4096})})}
-    if isinstance(config, AdversarialRLConfig):
+    if isinstance(config, ArrConfig):
         update |= {"registered_reasoner": f"bench-{name}-reasoner",
                    "registered_verifier": f"bench-{name}-verifier"}
     else:
@@ -56,7 +57,7 @@ def budgeted(config, minutes: float, checkpoints: Path, name: str, model: str | 
     return config.model_copy(update=update)
 
 
-def share_warmup(source: Path, config: AdversarialRLConfig) -> None:
+def share_warmup(source: Path, config: ArrConfig) -> None:
     """Copy the first ARR run's warm-up to ``config``'s (its settings marker must match)."""
     if source.is_dir() and not (config.checkpoint_dir / "warmup").exists():
         shutil.copytree(source, config.checkpoint_dir / "warmup")
@@ -66,17 +67,17 @@ def trained_methods(minutes: float, checkpoints: Path, model: str | None) -> dic
     """Run every method's flow under the budget; name → flow result plus wall time."""
     results = {}
     for name, path in ARR_CONFIGS.items():
-        config = budgeted(load_config(path, AdversarialRLConfig), minutes, checkpoints, name, model)
+        config = budgeted(load_config(path, ArrConfig), minutes, checkpoints, name, model)
         share_warmup(checkpoints / "arr" / "warmup", config)
         started = time.perf_counter()
-        results[name] = adversarial_rl(config, run_name=f"compare-{name}")
+        results[name] = rl_flow(config, run_name=f"compare-{name}")
         results[name]["wall_s"] = time.perf_counter() - started
         print(f"{name}: {results[name]['steps_run']} updates in {results[name]['train_s']:.0f} s",
               flush=True)
-    config = budgeted(load_config("configs/train.yaml", TrainFlowConfig), minutes, checkpoints,
+    config = budgeted(load_config("configs/train.yaml", GrpoConfig), minutes, checkpoints,
                       "grpo", model)
     started = time.perf_counter()
-    results["grpo"] = train(config, run_name="compare-grpo")
+    results["grpo"] = rl_flow(config, run_name="compare-grpo")
     results["grpo"]["wall_s"] = time.perf_counter() - started
     print(f"grpo: {results['grpo']['steps_run']} updates in {results['grpo']['train_s']:.0f} s",
           flush=True)
@@ -107,7 +108,7 @@ def main() -> None:
     try:
         model = str(tiny_model(Path("data/world"), scratch / "tiny")) if args.model == "tiny" else None
         results = trained_methods(args.minutes, scratch, model)
-        arr_config = load_config(ARR_CONFIGS["arr"], AdversarialRLConfig)
+        arr_config = load_config(ARR_CONFIGS["arr"], ArrConfig)
         table = {}
         for row, (method, changes) in evaluations(results, scratch,
                                                   model or arr_config.model).items():

@@ -3,7 +3,7 @@
     python bench/bench_arr_sampling.py [--questions 4] [--repeats 3]
 
 The shared-base LoRA pair of ``configs/arr.yaml`` (SmolLM2-135M, fp32 weights,
-``cpu_bf16``) runs the same ARR dialogues (``arr_step.rollout``: group ×
+``cpu_bf16``) runs the same ARR dialogues (``advrag.recipes.arr.step.rollout``: group ×
 questions, the config's turns, top-k and token cap) with two sets of samplers,
 interleaved in one process:
 
@@ -67,14 +67,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/arr_sampling.json"))
     args = parser.parse_args()
 
-    from advrag.config import AdversarialRLConfig, load_config
+    from advrag.config import load_config
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local import dual
-    from advrag.engines.local.arr_step import rollout
     from advrag.models.loading import load_policy
+    from advrag.recipes.arr import ArrConfig
+    from advrag.recipes.arr.step import rollout
     from advrag.retrieval.retriever import load_retriever
 
-    config = load_config(args.config, AdversarialRLConfig)
+    config = load_config(args.config, ArrConfig)
     loaded = load_policy(config.model, dtype="float32")
     policies = dual.shared_lora_policies(loaded.model, config.lora, cpu_bf16=config.cpu_bf16)
     torch.manual_seed(0)

@@ -25,7 +25,7 @@ from reporting import write_report
 
 def time_updates(config_path: Path, sequences: int, compiled: bool) -> list[float]:
     """Seconds of each SFT update over ``sequences`` demonstrations, in this process."""
-    from advrag.config import TrainFlowConfig, load_config
+    from advrag.config import load_config
     from advrag.curation.demonstrations import build_demonstrations
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator
@@ -33,9 +33,10 @@ def time_updates(config_path: Path, sequences: int, compiled: bool) -> list[floa
     from advrag.engines.local.sft import supervised_finetune
     from advrag.engines.local.trainer import seed_everything
     from advrag.models.loading import load_policy
+    from advrag.recipes.grpo import GrpoConfig
     from advrag.retrieval.retriever import load_retriever
 
-    config = load_config(config_path, TrainFlowConfig)
+    config = load_config(config_path, GrpoConfig)
     seed_everything(config.warmup.sft.seed)
     loaded = load_policy(config.model, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=config.lora, keep_reference=False,
@@ -82,10 +83,11 @@ def main() -> None:
         print(json.dumps(time_updates(args.config, args.sequences, args.child == "compiled")))
         return
 
-    from advrag.config import TrainFlowConfig, load_config
+    from advrag.config import load_config
     from advrag.engines.local.policy import AUTO_COMPILE_MIN_SEQUENCES
+    from advrag.recipes.grpo import GrpoConfig
 
-    batch_size = load_config(args.config, TrainFlowConfig).warmup.sft.batch_size
+    batch_size = load_config(args.config, GrpoConfig).warmup.sft.batch_size
     eager = run_mode(args.config, args.sequences, compiled=False)
     compiled = run_mode(args.config, args.sequences, compiled=True)
     write_report(args.out, {

@@ -52,20 +52,20 @@ def run_setting(setting: dict, args) -> dict:
     from advrag.datasets.loaders import load_qa
     from advrag.engines.generators import make_generator
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
-    from advrag.engines.local.steps import grpo_step
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
     from advrag.models.loading import load_policy
+    from advrag.recipes.grpo.step import grpo_step
     from advrag.retrieval.retriever import load_retriever
 
     loaded = load_policy(args.model, dtype="float32")
     policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32), cpu_bf16=True,
                              compile_update=args.compile_update)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
-        lr=5e-5, group_size=setting["group_size"], micro_batch_size=4, max_seq_len=2048,
+        lr=5e-5, micro_batch_size=4, max_seq_len=2048,
         kl_coef=0.0))
     generator = make_generator(args.backend, policy.model, loaded.tokenizer, loaded.source,
                                temperature=1.0, batch_size=64, autocast=policy.autocast,
-                               **({"enforce_eager": True} if args.backend == "vllm" else {}))
+                               **({"compile_rollout": False} if args.backend == "vllm" else {}))
     retriever = load_retriever(args.index)
     records = load_qa(Path("data/world/train.jsonl"))
     per_step = setting["trajectories"] // setting["group_size"]
@@ -80,7 +80,8 @@ def run_setting(setting: dict, args) -> dict:
     for i in range(args.steps + 1):
         chunk = records[i * per_step:(i + 1) * per_step]
         started = time.perf_counter()
-        metrics = grpo_step(trainer, generator, retriever, chunk, reward_fn=reward,
+        metrics = grpo_step(trainer, generator, retriever, chunk,
+                            group_size=setting["group_size"], reward_fn=reward,
                             rollout_kwargs=rollout_kwargs)
         steps.append({"step_s": time.perf_counter() - started, "rollout_s": metrics["rollout_s"],
                       "update_s": metrics["update_s"], "tokens": metrics["tokens"],

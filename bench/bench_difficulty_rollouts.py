@@ -40,7 +40,7 @@ def measure(backend: str, policy, tokenizer, config, questions: list[str], retri
     generator = make_generator(backend.removesuffix("-compiled"), policy.model, tokenizer,
                                resolve_model_dir(config.model), temperature=config.temperature,
                                batch_size=batch, autocast=policy.autocast, block_size=block_size,
-                               enforce_eager=backend != "vllm-compiled")
+                               compile_rollout=backend == "vllm-compiled")
 
     def rollouts(chunk: list[str]) -> list:
         return run_search_agent(chunk, generator, retriever, max_turns=config.max_turns,
@@ -70,12 +70,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/difficulty_rollouts.json"))
     args = parser.parse_args()
 
-    from advrag.config import TrainFlowConfig, load_config
+    from advrag.config import load_config
     from advrag.datasets.loaders import load_qa
     from advrag.recipes.base import trainable_policy
+    from advrag.recipes.grpo import GrpoConfig
     from advrag.retrieval.retriever import load_retriever
 
-    config = load_config(args.config, TrainFlowConfig)
+    config = load_config(args.config, GrpoConfig)
     if args.model:
         config = config.model_copy(update={"model": args.model})
     policy, tokenizer = trainable_policy(config.model, config, keep_reference=False,

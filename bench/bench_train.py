@@ -55,7 +55,7 @@ def run_mode(mode: str, batch: int, seq: int, repeats: int, cpu_bf16: bool) -> d
         policy,
         loaded.tokenizer,
         TrainConfig(
-            lr=1e-5, kl_coef=0.0, micro_batch_size=batch, max_seq_len=seq + 8, group_size=2
+            lr=1e-5, kl_coef=0.0, micro_batch_size=batch, max_seq_len=seq + 8
         ),
     )
     trajectories = synthetic_trajectories(loaded.tokenizer, batch, seq)

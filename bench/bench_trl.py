@@ -112,10 +112,10 @@ class OurSide:
             lr=args.lr, weight_decay=0.0, grad_clip=1.0, micro_batch_size=args.micro_batch,
             max_seq_len=args.max_prompt_len + 2 * args.max_new_tokens, ppo_epochs=1,
             clip_low=0.2, clip_high=0.2, dual_clip=None, kl_coef=args.kl, kl_kind="k3",
-            loss_agg="token-mean", advantage="grpo", group_size=args.group, seed=args.seed,
+            loss_agg="token-mean", advantage="grpo", seed=args.seed,
         )
-        self.trainer = LocalTrainer(policy, loaded.tokenizer, config)
-        engine = ({"enforce_eager": not args.vllm_compiled, "block_size": args.vllm_block_size}
+        self.trainer, self.group = LocalTrainer(policy, loaded.tokenizer, config), args.group
+        engine = ({"compile_rollout": args.vllm_compiled, "block_size": args.vllm_block_size}
                   if args.rollout_backend == "vllm" else {})
         self.generator = make_generator(  # the train flow's: a bf16 copy under bf16
             args.rollout_backend, policy.model, loaded.tokenizer, loaded.source,
@@ -130,11 +130,12 @@ class OurSide:
         """One timed GRPO step on ``records`` (each sampled ``group`` times)."""
         from advrag.agents.types import Trajectory
         from advrag.core.metrics import f1_score
-        from advrag.engines.local.steps import push_updated_weights, score
+        from advrag.engines.local.trainer import push_updated_weights
+        from advrag.recipes.grpo.step import score
 
         started = time.perf_counter()
         self.trainer.policy.model.eval()
-        repeated = [r for r in records for _ in range(self.trainer.config.group_size)]
+        repeated = [r for r in records for _ in range(self.group)]
         prompts = [self.generator.chat_prompt(r.question) for r in repeated]
         completions = self.generator.generate(prompts, max_new_tokens=self.max_new_tokens)
         trajectories = []

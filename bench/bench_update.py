@@ -162,7 +162,7 @@ def main() -> None:
     policy = TrainablePolicy(loaded.model, lora=lora, keep_reference=False,
                              cpu_bf16=not args.fp32)
     trainer = LocalTrainer(policy, loaded.tokenizer, TrainConfig(
-        lr=1e-5, kl_coef=0.0, micro_batch_size=args.micro_batch, max_seq_len=2048, group_size=4))
+        lr=1e-5, kl_coef=0.0, micro_batch_size=args.micro_batch, max_seq_len=2048))
     trajectories = rollouts(loaded.tokenizer, args.batch)
     scores = torch.arange(args.batch, dtype=torch.float32) % 3
     groups = [i // 4 for i in range(args.batch)]

@@ -36,8 +36,9 @@ from pathlib import Path
 
 from reporting import write_report
 
-from advrag.config import BenchmarkConfig, UR2Config, load_config
+from advrag.config import BenchmarkConfig, load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
+from advrag.recipes.ur2 import UR2Config
 from advrag.tasks import tracking
 
 

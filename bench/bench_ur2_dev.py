@@ -23,8 +23,9 @@ from pathlib import Path
 from bench_ur2 import evaluate
 from reporting import question_group, write_report
 
-from advrag.config import UR2Config, load_config
+from advrag.config import load_config
 from advrag.datasets.loaders import load_qa
+from advrag.recipes.ur2 import UR2Config
 
 INFORMATION = re.compile(r"<information>.*?</information>", re.S)
 
@@ -58,12 +59,11 @@ def warmed_up_model(config_file: str) -> str:
     """The warm-up of the UR² config in ``config_file``: trained (or reused), then its dir."""
     from advrag.recipes.ur2 import UR2Recipe
     from advrag.retrieval.retriever import load_retriever
-    from advrag.tasks.rl import training_questions
 
     config = load_config(config_file, UR2Config)
     recipe = UR2Recipe(config)  # the flows' questions and dense index, as their warm-up gets
     model_dir, history = recipe.warm_up(load_retriever(config.index_dir, kind="dense"),
-                                        training_questions(config))
+                                        recipe.training_questions())
     if history:
         print(f"warm-up: {len(history)} SFT steps, last loss {history[-1]['loss']:.3f}")
     return str(model_dir)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from reporting import write_report
 
-from advrag.config import BenchmarkConfig, TrainFlowConfig, load_config
+from advrag.config import BenchmarkConfig, load_config
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.datasets.loaders import load_qa
 from advrag.engines.local.dual import export_policy
@@ -31,12 +31,13 @@ from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.sft import supervised_finetune
 from advrag.flows.benchmark import benchmark
 from advrag.recipes.base import trainable_policy
+from advrag.recipes.grpo import GrpoConfig
 from advrag.retrieval.retriever import load_retriever
 
 COLUMNS = ("em", "em_lo", "em_hi", "f1", "format_errors", "n_searches", "retrieval_recall")
 
 
-def snapshots(config: TrainFlowConfig, epochs: int, out: Path) -> tuple[list[dict], list[Path]]:
+def snapshots(config: GrpoConfig, epochs: int, out: Path) -> tuple[list[dict], list[Path]]:
     """SFT for ``epochs`` passes; the merged model after each pass. Returns (history, dirs)."""
     policy, tokenizer = trainable_policy(config.model, config, keep_reference=False,
                                          sequences=config.warmup.demonstrations * epochs)
@@ -66,7 +67,7 @@ def main() -> None:
                         help="override the config's warm-up demonstrations")
     parser.add_argument("--out", type=Path, default=Path("bench/results/warmup.json"))
     args = parser.parse_args()
-    config = load_config(args.config, TrainFlowConfig)
+    config = load_config(args.config, GrpoConfig)
     if args.demonstrations is not None:
         config = config.model_copy(update={"warmup": config.warmup.model_copy(
             update={"demonstrations": args.demonstrations})})

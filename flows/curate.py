@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from advrag.config import UR2Config
+from advrag.recipes.ur2 import UR2Config
 from advrag.tasks import curation, tracking
 
 

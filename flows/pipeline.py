@@ -37,8 +37,8 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
     recipe = recipe_for(config.recipe)
     sft = discriminator_config(config, recipe)
     keyed = stages.stage_key(recipe.settings_hash(), digest, sft and config_hash(sft))
-    recipe.config = recipe.config.model_copy(update={
-        "experiment": config.experiment, "checkpoint_dir": recipe.config.checkpoint_dir / keyed})
+    recipe.configure(experiment=config.experiment,
+                     checkpoint_dir=recipe.config.checkpoint_dir / keyed)
     tracking.configure()
     tags = {"data.version": digest, "flow": run_name, "recipe": recipe.name}
     params = {"pipeline": config.model_dump(mode="json"), "data": digest}
@@ -58,8 +58,8 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
 
 def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
     """The discriminator SFT's settings (in the pipeline's experiment); None when the recipe
-    trains no discriminator (not GAR, ``discriminator: none``, or no SFT config)."""
-    if recipe.name != "gar" or recipe.config.discriminator == "none" or config.discriminator is None:
+    needs no discriminator SFT upstream (``Recipe.upstream``) or the pipeline names no SFT config."""
+    if "discriminator_sft" not in recipe.upstream() or config.discriminator is None:
         return None
     return load_config(config.discriminator, DiscriminatorSFTConfig).model_copy(
         update={"experiment": config.experiment})
@@ -70,7 +70,7 @@ def warm_up_stage(recipe: Recipe, parent: str, digest: str) -> str:
     version; the start model."""
     if recipe.config.warmup is None:
         return recipe.config.model
-    retriever, records = rl.training_data(recipe.config)
+    retriever, records = rl.training_data(recipe)
     with tracking.tracked_run(recipe.config.experiment, "warm-up", parent=parent,
                               tags={"data.version": digest}) as run_id:
         model_dir, history = rl.warm_up(recipe, retriever, records)
@@ -92,8 +92,7 @@ def discriminator_stage(config: PipelineConfig, sft: DiscriminatorSFTConfig | No
     if result is None:
         result = discriminator_sft(sft, base=start, parent=parent)
         stages.record_stage(config.cache_dir, "discriminator", key, result)
-    recipe.config = recipe.config.model_copy(
-        update={"discriminator_adapter": result["adapter_dir"]})
+    recipe.use_discriminator(result["adapter_dir"])
     return result | {"name": sft.registered_model}
 
 

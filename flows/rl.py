@@ -11,18 +11,23 @@ import time
 
 from prefect import flow
 
-from advrag.config import BenchmarkConfig
+from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
-from advrag.recipes import recipe_for
+from advrag.recipes import recipe_for, recipe_named
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
 
 
 @flow(name="rl", log_prints=True)
-def rl_flow(config: str, run_name: str | None = None) -> dict:
-    """Train the recipe a config file names (``recipe:``, e.g. grpo or arr)."""
-    recipe = recipe_for(config)
+def rl_flow(config: RLRunConfig | str, run_name: str | None = None,
+            overrides: dict | None = None) -> dict:
+    """Train the recipe a config names (``recipe:``: grpo, arr, ur2, gar): a config file (with
+    ``overrides`` laid over it) or a recipe's config object."""
+    if isinstance(config, RLRunConfig):
+        recipe = recipe_named(config.recipe)(config)
+    else:
+        recipe = recipe_for(config, overrides)
     return run_recipe(recipe, "rl", run_name or recipe.name)
 
 
@@ -38,7 +43,7 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
             "model": config.model, **(tags or {})}
     with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                               parent=parent) as run_id:
-        retriever, records = rl.training_data(config)
+        retriever, records = rl.training_data(recipe)
         start_model = warm_start(recipe, run_id, retriever, records)
         curate_with(recipe, start_model, run_id)
         rl.build(recipe, start_model)
@@ -70,10 +75,10 @@ def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:
 def curate_with(recipe: Recipe, policy: str, run_id: str) -> None:
     """UR²'s curation with the start policy, as a subflow nested under the training run.
 
-    Only for configs with a ``curate`` section (``recipe: ur2``); the recipe then
-    trains stage 1 on the filtered questions and stage 2 on the curated sample.
+    Only for recipes whose ``upstream`` names curation (``recipe: ur2`` with a ``curate``
+    section); the recipe is handed the curated sample and the stage-1 questions.
     """
-    if getattr(recipe.config, "curate", None) is None:
+    if "curation" not in recipe.upstream():
         return
     from advrag.datasets.records import read_jsonl
     from advrag.flows.curate import curate_flow

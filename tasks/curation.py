@@ -7,8 +7,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from advrag.config import CurateSection, UR2Config
+from advrag.config import CurateSection
 from advrag.datasets.records import QARecord
+from advrag.recipes.ur2 import UR2Config
 from advrag.tasks import tracking
 
 
@@ -16,10 +17,10 @@ from advrag.tasks import tracking
 def curation_data(config: UR2Config) -> tuple:
     """The retriever, the training questions to score, and the held-out (dev + test) ones."""
     from advrag.datasets.loaders import load_qa
+    from advrag.recipes.ur2.recipe import mixed_questions
     from advrag.retrieval.retriever import load_retriever
-    from advrag.tasks.rl import training_questions
 
-    records = training_questions(config)[:config.curate.questions]
+    records = mixed_questions(config)[:config.curate.questions]
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
     return load_retriever(config.index_dir, kind="dense"), records, heldout
 
@@ -44,7 +45,6 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     from advrag.engines.generators import make_generator
     from advrag.engines.local.generation import pick_dtype
     from advrag.models.loading import load_policy
-    from advrag.recipes.base import rollout_engine
     from advrag.retrieval.summary import make_summariser
 
     section = config.curate
@@ -54,7 +54,8 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     policy = load_policy(model_dir, dtype=pick_dtype("auto"))
     generator = make_generator(config.rollout_backend, policy.model, policy.tokenizer, model_dir,
                                temperature=config.temperature, batch_size=64,
-                               **rollout_engine(config, len(records) * section.k, policy.model))
+                               compile_rollout=config.compile_rollout,
+                               rollouts=len(records) * section.k)
 
     summariser = make_summariser(config.summary)
 

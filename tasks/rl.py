@@ -8,33 +8,17 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from advrag.config import RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe
 from advrag.tasks import tracking
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
-def training_data(config: RLRunConfig) -> tuple:
-    """The retriever (the dense index `dvc repro` built) and the training questions."""
+def training_data(recipe: Recipe) -> tuple:
+    """The retriever (the dense index `dvc repro` built) and the recipe's training questions."""
     from advrag.retrieval.retriever import load_retriever
 
-    return load_retriever(config.index_dir, kind="dense"), training_questions(config)
-
-
-def training_questions(config: RLRunConfig) -> list[QARecord]:
-    """The world's training questions; with ``reasoning_share`` (UR²'s task mixing) that share
-    of them are reasoning-only items, the QA ones all kept."""
-    from advrag.curation.mixing import mix_tasks
-    from advrag.datasets.loaders import load_qa
-
-    records = load_qa(config.world_dir / "train.jsonl")
-    share = getattr(config, "reasoning_share", 0.0)
-    if not share:
-        return records
-    reasoning = load_qa(config.world_dir / "reasoning_train.jsonl")
-    wanted = round(len(records) / (1.0 - share)) if share < 1 else len(reasoning)
-    return mix_tasks(records, reasoning, share, wanted, config.optim.seed)
+    return load_retriever(recipe.config.index_dir, kind="dense"), recipe.training_questions()
 
 
 @task(cache_policy=NO_CACHE)

@@ -1,28 +1,24 @@
 """Typed run configuration (pydantic), read from ``configs/*.yaml``.
 
-``flows``: one model per flow; ``engine``: the engine's sections (optimiser,
-LoRA, SFT) embedded in them; ``loading``: YAML with ``extends:`` and the one-message
-errors; ``base``:
-the strict base model, the one config hash and the ``OverridesOf`` marker.
+``flows``: one model per non-RL flow and the sections lower layers read (data, benchmark,
+summaries, curation); ``rl``: the fields every RL recipe shares (each recipe's own config
+extends it in ``advrag.recipes.<name>.config``); ``engine``: the engine's sections
+(optimiser, LoRA, SFT); ``loading``: YAML with ``extends:``, ``--set`` overrides and the
+one-message errors; ``base``: the strict base model, the one config hash and the
+``OverridesOf`` marker.
 """
 
 from advrag.config.base import OverridesOf, Strict, config_hash
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.config.flows import (
-    AdversarialRLConfig,
     BenchmarkConfig,
     CurateSection,
     DataConfig,
     DemoConfig,
-    GARConfig,
     Method,
     PipelineConfig,
     PromotionSection,
-    RLRunConfig,
     SummaryConfig,
-    TrainFlowConfig,
-    UR2Config,
-    WarmupSection,
     WorldSection,
 )
 from advrag.config.gar import DiscriminatorSFTConfig
@@ -31,13 +27,15 @@ from advrag.config.loading import (
     did_you_mean,
     load_config,
     merged,
+    parse_overrides,
     read_yaml_mapping,
 )
+from advrag.config.rl import RLRunConfig, WarmupSection
 
 __all__ = [
-    "AdversarialRLConfig", "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
-    "DiscriminatorSFTConfig", "GARConfig",
-    "LoraSettings", "Method", "PipelineConfig", "OverridesOf", "PromotionSection", "RLRunConfig",
-    "SFTConfig", "Strict", "SummaryConfig", "TrainConfig", "TrainFlowConfig", "UR2Config", "WarmupSection", "WorldSection",
-    "config_hash", "did_you_mean", "load_config", "merged", "read_yaml_mapping",
+    "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
+    "DiscriminatorSFTConfig", "LoraSettings", "Method", "PipelineConfig", "OverridesOf",
+    "PromotionSection", "RLRunConfig", "SFTConfig", "Strict", "SummaryConfig", "TrainConfig",
+    "WarmupSection", "WorldSection",
+    "config_hash", "did_you_mean", "load_config", "merged", "parse_overrides", "read_yaml_mapping",
 ]

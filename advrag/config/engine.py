@@ -7,9 +7,9 @@ any model is; the engine reads the very same objects.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from advrag.config.base import Strict
 
@@ -60,10 +60,18 @@ class TrainConfig(Strict):
         description="Outcome advantage (``core.advantages.ADVANTAGE_ESTIMATORS``): GRPO "
         "z-score, Dr.GRPO mean-centring, or REINFORCE++ group baseline.",
     )
-    group_size: int = Field(5, ge=1, description="Rollouts per question (one group).")
     seed: int = Field(0, ge=0, lt=2**32,
                       description="Seed of python, numpy and torch (adapter initialisation, "
                       "trainer construction) and of a vLLM rollout sampler.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_size_is_the_recipes(cls, data: Any) -> Any:
+        """``group_size`` is a recipe setting (every agent shares it), not an optimiser's."""
+        if isinstance(data, dict) and "group_size" in data:
+            raise ValueError("group_size: rollouts per question is set once, at the top level "
+                             "of the recipe's config (`group_size: 4`), not in an optimiser")
+        return data
 
 
 class LoraSettings(Strict):

@@ -4,7 +4,7 @@ Every problem is one ``ConfigError`` whose message names the file, each bad
 field by its dotted path (``train.optim.lr``), what is wrong and the fix — the
 CLI prints it as it is, without a traceback. One problem fits on one line::
 
-    my.yaml: invalid TrainFlowConfig config: optim.lr_rate: unknown field — did you mean 'lr'?
+    my.yaml: invalid GrpoConfig config: optim.lr_rate: unknown field — did you mean 'lr'?
 
 several are listed one per line under that header.
 """
@@ -41,6 +41,28 @@ def load_config(path: Path | str, model: type[Strict], overrides: dict | None = 
     except ValidationError as err:
         source = f"{path} with overrides {overrides}" if overrides else str(path)
         raise ConfigError(error_message(source, model, err)) from None
+
+
+def parse_overrides(settings: Iterable[str]) -> dict:
+    """``key.sub=value`` settings (the command line's ``--set``) as one nested mapping, each
+    value read as YAML (``8`` an int, ``null`` None, ``[a, b]`` a list); a later setting of
+    the same key wins. Validation is the file's: ``load_config`` lays the mapping over it."""
+    result: dict = {}
+    for setting in settings:
+        key, equals, text = setting.partition("=")
+        parts = key.strip().split(".")
+        if not equals or not all(parts):
+            raise ConfigError(f"--set {setting!r}: write it as key=value, with a dotted key for a "
+                              "nested setting, e.g. --set optim.lr=1.0e-5")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {setting!r}: the value is not valid YAML — "
+                              f"{err}".replace("\n", " ")) from None
+        for part in reversed(parts):
+            value = {part: value}
+        result = merged(result, value)
+    return result
 
 
 def error_message(source: str, model: type[BaseModel], err: ValidationError) -> str:

@@ -71,12 +71,15 @@ def _hf_fp16_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
     return SnapshotGenerator(model, tokenizer, dtype=torch.float16, adapter=adapter, **options)
 
 
-def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path,
+def _vllm_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
+                    compile_rollout: bool | str = False, rollouts: int = 0,
                     **options) -> TextGenerator:
-    """A vLLM engine on ``model_dir``, loaded with ``model``'s current weights."""
+    """A vLLM engine on ``model_dir``, loaded with ``model``'s current weights, on its compiled
+    graph or eager as ``compile_rollout`` says for a run of ``rollouts`` rollouts."""
     from advrag.engines.vllm.generation import VLLMGenerator
 
     options.setdefault("dtype", compute_dtype(model, options.pop("autocast", None)))
+    options["enforce_eager"] = not engine_compiled(compile_rollout, rollouts)
     generator = VLLMGenerator(model_dir, tokenizer, **options)
     generator.push_weights(model)
     return generator
@@ -96,8 +99,8 @@ GENERATORS: dict[str, Callable[..., TextGenerator]] = {
     "vllm": _vllm_generator,
 }
 VLLM_CPU_MIN_HEAD_SIZE = 32
-VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enforce_eager", "seed",
-                                 "block_size"})
+VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "compile_rollout",
+                                 "rollouts", "seed", "block_size"})
 """Settings only a vLLM engine takes: dropped when the back-end is transformers (``auto`` may
 pick either, so a caller can pass them either way)."""
 
@@ -115,6 +118,17 @@ def compile_rollout_for_run(setting: bool | str, rollouts: int) -> bool:
     if setting != "auto":
         return bool(setting)
     return rollouts >= AUTO_COMPILE_MIN_ROLLOUTS
+
+
+def engine_compiled(setting: bool | str, rollouts: int) -> bool:
+    """Whether a vLLM engine being built runs compiled (``compile_rollout_for_run``); what
+    ``auto`` chose is printed."""
+    compiled = compile_rollout_for_run(setting, rollouts)
+    if setting == "auto":
+        print(f"compile_rollout auto: a vLLM rollout engine runs "
+              f"{'compiled' if compiled else 'eager'} ({rollouts} rollouts to sample; auto "
+              f"compiles from {AUTO_COMPILE_MIN_ROLLOUTS})")
+    return compiled
 
 
 def resolve_backend(backend: str, model: nn.Module, autocast=None) -> str:
@@ -149,8 +163,9 @@ def make_generator(backend: str, model: nn.Module, tokenizer, model_dir: str | P
     ``options`` go to the generator's constructor: sampling (``temperature``,
     ``top_p``), ``batch_size``, ``max_prompt_tokens``, ``autocast`` (for vLLM it
     only picks the default ``dtype``), and for vLLM the engine settings
-    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``enforce_eager``, ``seed``,
-    ``block_size``; ignored when the back-end is transformers).
+    (``dtype``, ``kv_cache_gib``, ``max_model_len``, ``seed``, ``block_size``, and
+    ``compile_rollout`` with the run's ``rollouts``: whether it runs its compiled graph;
+    ignored when the back-end is transformers).
     """
     if backend != "auto" and backend not in GENERATORS:
         raise ValueError(

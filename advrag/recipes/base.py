@@ -8,7 +8,12 @@ A recipe is one RL training method (GRPO, ARR, …). It supplies only what is it
 - ``step``: one update — its rollout, its scoring (pure functions of ``core``,
   registered by name) and the agents' updates — returning the step's metrics;
 - ``demonstrations``: the warm-up's SFT data, in the layout of its rollouts;
-- ``registry_names``, ``figures``, ``describe`` and the models to benchmark.
+- ``registry_names``, ``figures``, ``describe`` and the models to benchmark;
+- what it needs upstream (``upstream``: UR²'s curation, GAR's discriminator SFT), which
+  the pipeline runs and hands over (``use_curation``, ``use_discriminator``), and its
+  training questions (``training_questions``).
+
+The loop never asks a recipe's name: what differs is in these methods and ``config_model``.
 
 The shared parts live here once: the SFT warm-up (cached in
 ``checkpoint_dir/warmup`` and refused if made under other settings), the
@@ -32,12 +37,21 @@ from advrag.config import RLRunConfig, config_hash
 from advrag.datasets.records import QARecord
 from advrag.retrieval.base import Retriever
 
+UPSTREAM_STAGES = ("curation", "discriminator_sft")
+"""Stages a recipe may need before its RL (``Recipe.upstream``), in the order they run."""
+
 
 class Recipe(ABC):
     """One training method on the local engine; ``run_recipe`` drives it."""
 
     name: ClassVar[str]
     agents: ClassVar[tuple[str, ...]]
+    config_model: ClassVar[type[RLRunConfig]]
+    """The recipe's config (``advrag.recipes.<name>.config``)."""
+    default_config: ClassVar[str]
+    """The config file its commands read when none is given."""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    """CLI commands that run this recipe besides `advrag rl` (e.g. `advrag train`)."""
 
     def __init__(self, config: RLRunConfig):
         self.config = config
@@ -67,6 +81,32 @@ class Recipe(ABC):
     def registry_names(self) -> dict[str, str]:
         """Agent → registered model name."""
 
+    def upstream(self) -> tuple[str, ...]:
+        """The stages of ``UPSTREAM_STAGES`` this config needs before RL (none by default)."""
+        return ()
+
+    def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
+        """Take the curation's sample (``curated``) and its stage-1 questions; only a recipe
+        whose ``upstream`` names curation is handed them."""
+        raise NotImplementedError(f"recipe {self.name!r} takes no curation")
+
+    def use_discriminator(self, adapter_dir: Path) -> None:
+        """Take the SFT discriminator's adapter; only a recipe whose ``upstream`` names
+        discriminator_sft is handed one."""
+        raise NotImplementedError(f"recipe {self.name!r} takes no discriminator")
+
+    def training_questions(self) -> list[QARecord]:
+        """The questions RL (and its warm-up) draws from: the world's training split."""
+        from advrag.datasets.loaders import load_qa
+
+        return load_qa(self.config.world_dir / "train.jsonl")
+
+    def configure(self, **changes: Any) -> None:
+        """Change settings of the config (the pipeline's experiment and checkpoint directory),
+        validated as a file's would be."""
+        self.config = self.config_model.model_validate(
+            self.config.model_dump(exclude_unset=False) | changes)
+
     def figures(self, history: list[dict[str, float]]) -> dict[str, Any]:
         """Artifact file name → matplotlib figure of the run (none by default)."""
         return {}
@@ -75,7 +115,13 @@ class Recipe(ABC):
         """Sequences the RL updates train in all (steps × questions × group): what
         ``compile_update: auto`` weighs against the one-off compile."""
         c = self.config
-        return c.steps * c.questions_per_step * c.optim.group_size
+        return c.steps * c.questions_per_step * c.group_size
+
+    def engine_options(self) -> dict[str, Any]:
+        """What a vLLM rollout engine of this run weighs for ``compile_rollout`` (``auto``: the
+        rollouts the run samples, as many as the sequences it trains)."""
+        return {"compile_rollout": self.config.compile_rollout,
+                "rollouts": self.trained_sequences()}
 
     def benchmark_models(self, start_model: str, model_dirs: dict[str, Path]) -> dict[str, dict]:
         """Stage → benchmark settings of the untrained, warmed-up and trained models."""
@@ -145,7 +191,7 @@ class Recipe(ABC):
         if state["extra"].get("settings_hash") != self.settings_hash():
             raise ValueError(f"{self.config.checkpoint_dir} was written with other {self.name.upper()} "
                              "settings: resume with the same config or use another checkpoint_dir")
-        from advrag.engines.local.steps import push_updated_weights
+        from advrag.engines.local.trainer import push_updated_weights
 
         for agent, generator in self.generators.items():
             push_updated_weights(generator, self.trainers[agent])
@@ -185,26 +231,6 @@ def update_compiled(config: RLRunConfig, models: Sequence, sequences: int) -> bo
               f"({sequences} sequences to train; auto compiles from "
               f"{AUTO_COMPILE_MIN_SEQUENCES} on a CPU with a C++ compiler)")
     return compiled
-
-
-def rollout_engine(config: RLRunConfig, rollouts: int, model, autocast=None) -> dict[str, bool]:
-    """The vLLM engine settings of ``config.compile_rollout`` for a run that samples
-    ``rollouts`` rollouts (``compile_rollout_for_run``), as ``make_generator`` options (which
-    transformers back-ends drop); what ``auto`` chose is printed where ``model`` (computing
-    under ``autocast``) samples on vLLM."""
-    from advrag.engines.generators import (
-        AUTO_COMPILE_MIN_ROLLOUTS,
-        compile_rollout_for_run,
-        resolve_backend,
-    )
-
-    compiled = compile_rollout_for_run(config.compile_rollout, rollouts)
-    on_vllm = resolve_backend(config.rollout_backend, model, autocast) == "vllm"
-    if config.compile_rollout == "auto" and on_vllm:
-        print(f"compile_rollout auto: a vLLM rollout engine runs "
-              f"{'compiled' if compiled else 'eager'} ({rollouts} rollouts to sample; auto "
-              f"compiles from {AUTO_COMPILE_MIN_ROLLOUTS})")
-    return {"enforce_eager": not compiled}
 
 
 def reuse_warmup(out: Path, settings: dict[str, Any]) -> bool:

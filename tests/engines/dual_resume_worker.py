@@ -28,9 +28,7 @@ from pathlib import Path
 import torch
 
 from advrag.agents.arr import REASONER_STOP, VERIFIER_FINAL_STOP, VERIFIER_STOP
-from advrag.config import AdversarialRLConfig
 from advrag.datasets.records import QARecord, read_jsonl
-from advrag.engines.local.arr_step import arr_step
 from advrag.engines.local.dual import (
     AGENTS,
     AgentTrainers,
@@ -39,15 +37,16 @@ from advrag.engines.local.dual import (
     shared_lora_policies,
 )
 from advrag.engines.local.policy import LoraSettings
-from advrag.engines.local.steps import push_updated_weights
-from advrag.engines.local.trainer import TrainConfig, seed_everything
+from advrag.engines.local.trainer import TrainConfig, push_updated_weights, seed_everything
 from advrag.models.loading import load_policy
+from advrag.recipes.arr import ArrConfig
+from advrag.recipes.arr.step import arr_step
 from advrag.retrieval.retriever import load_retriever
 
 REASONER = TrainConfig(lr=1e-2, warmup_steps=1, total_steps=4, decay="cosine", micro_batch_size=2,
-                       max_seq_len=2048, kl_coef=0.01, group_size=2, seed=7)
+                       max_seq_len=2048, kl_coef=0.01, seed=7)
 VERIFIER = REASONER.model_copy(update={"lr": 5e-3, "decay": "linear"})  # its own schedule
-SETTINGS = AdversarialRLConfig(group_size=2, max_turns=2, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
+SETTINGS = ArrConfig(group_size=2, max_turns=2, topk=2, max_new_tokens=6, lam=0.5, n_bins=4)
 RECORDS_PER_STEP = 1
 VOLATILE = ("time/", "tokens_per_s")  # wall-clock metrics differ between any two runs
 
@@ -108,7 +107,7 @@ def build(model_dir: Path, records: list[QARecord], *, shared: bool = True):
 
 def run(dual: AgentTrainers, generators, retriever, records: list[QARecord], *, position: int,
         until: int, checkpoint_root: Path | None = None,
-        settings: AdversarialRLConfig = SETTINGS) -> dict[int, dict[str, float]]:
+        settings: ArrConfig = SETTINGS) -> dict[int, dict[str, float]]:
     """Joint updates until ``dual.step == until``, reading records from ``position`` on."""
     metrics = {}
     while dual.step < until:

@@ -26,9 +26,9 @@ from advrag.datasets.records import QARecord, read_jsonl
 from advrag.engines.local.checkpoint import latest_checkpoint
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
-from advrag.engines.local.steps import grpo_step
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, seed_everything
 from advrag.models.loading import load_policy
+from advrag.recipes.grpo.step import grpo_step
 from advrag.retrieval.base import Passage
 
 CONFIG = TrainConfig(
@@ -40,10 +40,10 @@ CONFIG = TrainConfig(
     ppo_epochs=2,
     max_seq_len=640,
     kl_coef=0.01,
-    group_size=2,
     seed=7,
 )
 ROLLOUT = {"max_turns": 1, "max_new_tokens": 6, "topk": 1}
+GROUP_SIZE = 2
 RECORDS_PER_STEP = 1
 CHECKPOINT_EVERY = 2
 TIMING_METRICS = {"tokens_per_s", "rollout_s", "score_s", "update_s"}  # wall-clock
@@ -88,7 +88,8 @@ def run(
     while trainer.step < until:
         step_records = [records[(position + i) % len(records)] for i in range(RECORDS_PER_STEP)]
         step_metrics = grpo_step(
-            trainer, generator, OnePassage(), step_records, reward_fn=reward, rollout_kwargs=ROLLOUT
+            trainer, generator, OnePassage(), step_records, group_size=GROUP_SIZE, reward_fn=reward,
+            rollout_kwargs=ROLLOUT
         )
         metrics[trainer.step] = {k: v for k, v in step_metrics.items() if k not in TIMING_METRICS}
         position += RECORDS_PER_STEP

@@ -3,11 +3,10 @@ and a policy with it off keeps SDPA attention while it trains (on any CPU)."""
 
 import pytest
 
-from advrag.config import AdversarialRLConfig, GARConfig, TrainFlowConfig
 from advrag.config.gar import DiscriminatorSFTConfig
-from advrag.recipes.arr import ArrRecipe
-from advrag.recipes.gar import GarRecipe
-from advrag.recipes.grpo import GrpoRecipe
+from advrag.recipes.arr import ArrConfig, ArrRecipe
+from advrag.recipes.gar import GarConfig, GarRecipe
+from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
 
 SMALL = dict(lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="hf", warmup=None,
              evaluate=None, compile_update=False)
@@ -15,7 +14,7 @@ SMALL = dict(lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="hf", wa
 
 @pytest.mark.parametrize("amx", [True, False])
 @pytest.mark.parametrize("recipe_class, config_class", [
-    (GrpoRecipe, TrainFlowConfig), (GarRecipe, GARConfig), (ArrRecipe, AdversarialRLConfig)])
+    (GrpoRecipe, GrpoConfig), (GarRecipe, GarConfig), (ArrRecipe, ArrConfig)])
 def test_each_recipe_gives_its_policies_the_setting(tiny_policy_dir, recipe_class, config_class,
                                                     amx):
     recipe = recipe_class(config_class(model=str(tiny_policy_dir), amx_attention=amx, **SMALL))

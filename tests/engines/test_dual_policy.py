@@ -269,7 +269,7 @@ def test_separate_models_train_independently(tiny_policy_dir, world, tmp_path):
 
 def test_dual_trainer_reports_agents_out_of_step(tiny_policy_dir):
     policies, tokenizer = _perturbed_shared(tiny_policy_dir)
-    config = TrainConfig(group_size=1)
+    config = TrainConfig()
     dual = AgentTrainers.build(policies, dict.fromkeys(policies, tokenizer), dict.fromkeys(policies, config))
     dual["verifier"].step = 1
     with pytest.raises(RuntimeError, match="different steps"):

@@ -4,16 +4,15 @@ does not depend on the RNG state the process had before ``build`` or ``warm_up``
 import pytest
 import torch
 
-from advrag.config import TrainFlowConfig
-from advrag.recipes.grpo import GrpoRecipe
+from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
 
 
 def initial_adapter(model_dir, seed: int, disturb: int) -> dict[str, torch.Tensor]:
     """LoRA weights right after ``build`` with ``optim.seed``, the global RNG first set to ``disturb``."""
     torch.manual_seed(disturb)
-    config = TrainFlowConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
+    config = GrpoConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
                              rollout_backend="hf", warmup=None, evaluate=None,
-                             optim={"seed": seed, "group_size": 2, "max_seq_len": 256})
+                             group_size=2, optim={"seed": seed, "max_seq_len": 256})
     recipe = GrpoRecipe(config)
     recipe.build(str(model_dir))
     model = recipe.trainers["reasoner"].policy.model
@@ -44,11 +43,11 @@ def warmed_up(model_dir, out_dir, disturb: int) -> dict[str, torch.Tensor]:
 
     world, retriever = bm25_world(seed=2, n_train=8)
     torch.manual_seed(disturb)
-    config = TrainFlowConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
+    config = GrpoConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
                              rollout_backend="hf", evaluate=None, checkpoint_dir=str(out_dir),
                              topk=2, warmup={"demonstrations": 4,
                                              "sft": {"epochs": 1, "batch_size": 4}},
-                             optim={"group_size": 2, "max_seq_len": 256})
+                             group_size=2, optim={"max_seq_len": 256})
     model_dir, _ = GrpoRecipe(config).warm_up(retriever, world.splits["train"])
     return load_file(model_dir / "model.safetensors")
 

@@ -9,14 +9,13 @@ from contextlib import nullcontext
 import torch
 from peft import LoraConfig, get_peft_model
 
-from advrag.config import TrainFlowConfig
 from advrag.engines.generators import make_generator
 from advrag.engines.local.dual import AgentTrainers
 from advrag.engines.local.generation import HFGenerator, SnapshotGenerator
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
 from advrag.models.loading import load_policy
-from advrag.recipes.grpo import GrpoRecipe
+from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
 
 Q_PROJ = "model.layers.0.self_attn.q_proj"
 PROMPTS = ["Zorvath is a city", "The river"]
@@ -135,9 +134,9 @@ class RecordingGenerator:
 def test_resume_pushes_the_resumed_weights_to_the_generator(tiny_policy_dir, tmp_path):
     loaded = load_policy(str(tiny_policy_dir))
     trainer = LocalTrainer(TrainablePolicy(loaded.model), loaded.tokenizer,
-                           TrainConfig(lr=1e-3, group_size=2, max_seq_len=64))
+                           TrainConfig(lr=1e-3, max_seq_len=64))
     generator = RecordingGenerator()
-    recipe = GrpoRecipe(TrainFlowConfig(checkpoint_dir=tmp_path, lora=None))
+    recipe = GrpoRecipe(GrpoConfig(checkpoint_dir=tmp_path, lora=None))
     recipe.trainers = AgentTrainers({"reasoner": trainer})
     recipe.generators = {"reasoner": generator}
     assert recipe.resume() == 0 and generator.pushed == []

@@ -12,9 +12,9 @@ import torch
 from advrag.agents.types import Trajectory
 from advrag.datasets.records import QARecord
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
-from advrag.engines.local.steps import grpo_step
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, UpdateInputs, lr_multiplier
 from advrag.models.loading import load_policy
+from advrag.recipes.grpo.step import grpo_step
 from advrag.retrieval.base import Passage
 
 CONFIG = {
@@ -22,7 +22,6 @@ CONFIG = {
     "weight_decay": 0.0,
     "micro_batch_size": 2,
     "max_seq_len": 128,
-    "group_size": 2,
     "kl_coef": 0.05,
     "seed": 0,
 }
@@ -248,7 +247,7 @@ class _OnePassage:
 
 
 def test_grpo_step_groups_rollouts_by_record_and_scores_each(tiny_policy_dir):
-    trainer = _trainer(tiny_policy_dir, group_size=3)
+    trainer = _trainer(tiny_policy_dir)
     records = [QARecord("q1", "Who is A?", ["A"]), QARecord("q2", "Who is B?", ["B"])]
     calls = []
 
@@ -261,6 +260,7 @@ def test_grpo_step_groups_rollouts_by_record_and_scores_each(tiny_policy_dir):
         _EchoGenerator(),
         _OnePassage(),
         records,
+        group_size=3,
         reward_fn=reward,
         rollout_kwargs={"max_turns": 1},
     )

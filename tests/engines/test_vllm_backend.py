@@ -85,7 +85,7 @@ def test_auto_backend_picks_vllm_only_where_it_can_run_the_model(policy, tiny_po
     assert resolve_backend("auto", small_heads) == "hf-fp16"
     assert resolve_backend("auto", policy.model) == ("hf-fp16" if VLLM_MISSING else "vllm")
     generator = make_generator("auto", small_heads, policy.tokenizer, tiny_policy_dir,
-                               kv_cache_gib=0.25, enforce_eager=True, batch_size=4)
+                               kv_cache_gib=0.25, compile_rollout=False, batch_size=4)
     assert isinstance(generator, HFGenerator)  # vLLM-only settings are dropped, not an error
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert resolve_backend("auto", policy.model) == "hf-fp16"
@@ -326,7 +326,7 @@ def test_make_generator_starts_from_the_models_current_weights(model_dir, policy
             if "lora_B" in name:
                 weight.normal_(0.0, 0.1)
     generator = make_generator("vllm", model, policy.tokenizer, model_dir, batch_size=4,
-                               kv_cache_gib=0.25, enforce_eager=True)
+                               kv_cache_gib=0.25, compile_rollout=False)
     assert generator.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == hf_greedy(
         model, policy.tokenizer
     )
@@ -339,17 +339,16 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
                                                           small_index_dir, compile_rollout):
     """`rollout_backend: vllm` in the train flow, on an eager engine and (``compile_rollout``) on
     a compiled one: after a GRPO update the engine has its weights."""
-    from advrag.config import TrainFlowConfig
     from advrag.datasets.loaders import load_qa
-    from advrag.engines.local.steps import grpo_step
     from advrag.engines.vllm.generation import VLLMGenerator
-    from advrag.recipes.grpo import GrpoRecipe
+    from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
+    from advrag.recipes.grpo.step import grpo_step
     from advrag.retrieval.retriever import load_retriever
 
-    config = TrainFlowConfig(
+    config = GrpoConfig(
         model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="vllm",
         warmup=None, evaluate=None, compile_rollout=compile_rollout,
-        optim={"lr": 0.1, "group_size": 4, "micro_batch_size": 4, "max_seq_len": 512, "seed": 3})
+        group_size=4, optim={"lr": 0.1, "micro_batch_size": 4, "max_seq_len": 512, "seed": 3})
     recipe = GrpoRecipe(config)
     recipe.build(str(model_dir))
     trainer, generator = recipe.trainers["reasoner"], recipe.generators["reasoner"]
@@ -358,7 +357,7 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
     assert generator.llm.model_config.enforce_eager is not compile_rollout
     base = hf_greedy(trainer.policy.model, trainer.tokenizer)
     grpo_step(trainer, generator, load_retriever(small_index_dir),
-              load_qa(small_world_dir / "train.jsonl", limit=2),
+              load_qa(small_world_dir / "train.jsonl", limit=2), group_size=config.group_size,
               reward_fn=lambda trajectory, _: float(len(trajectory.policy_text()) % 3),
               rollout_kwargs={"max_turns": 1, "max_new_tokens": 8, "topk": 1})
     updated = hf_greedy(trainer.policy.model, trainer.tokenizer)

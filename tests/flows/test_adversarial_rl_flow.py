@@ -6,9 +6,10 @@ import mlflow
 import pytest
 import torch
 
-from advrag.config import AdversarialRLConfig, BenchmarkConfig, WarmupSection
-from advrag.flows.adversarial_rl import adversarial_rl
+from advrag.config import BenchmarkConfig, WarmupSection
+from advrag.flows.rl import rl_flow
 from advrag.models.loading import load_policy
+from advrag.recipes.arr import ArrConfig
 from advrag.tasks import tracking
 
 AGENT_METRICS = {"reward_mean", "reward_std", "em", "f1", "format_errors", "bonus_fraction",
@@ -21,7 +22,7 @@ VERIFIER_METRICS = {"clarity_mean", "process_adv_mean", "critique_actions", "cri
 SHARED_METRICS = {"final/em", "final/f1", "time/retrieval_s", "time/step_s"}
 
 
-def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> AdversarialRLConfig:
+def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> ArrConfig:
     settings = dict(
         model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, steps=steps,
         questions_per_step=2, group_size=2, max_turns=2, max_new_tokens=8, checkpoint_every=1,
@@ -30,7 +31,7 @@ def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> A
         experiment="arr-test", registered_reasoner="tiny-arr-reasoner",
         registered_verifier="tiny-arr-verifier", evaluate=evaluate, warmup=None,
     )
-    return AdversarialRLConfig(**(settings | changes))
+    return ArrConfig(**(settings | changes))
 
 
 @pytest.fixture
@@ -45,13 +46,13 @@ def test_joint_training_logs_registers_and_benchmarks_both_agents(
                                max_new_tokens=8, world_dir=small_world_dir,
                                index_dir=small_index_dir, experiment="arr-test-eval")
     # two fully fine-tuned models (the shared-adapter default runs in the resume test below)
-    result = adversarial_rl(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir,
+    result = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir,
                                    2, evaluate, policies="separate", lora=None,
                                    verifier_optim={"lr": 5e-3}))
 
     client = mlflow.MlflowClient()
     run = client.get_run(result["run_id"])
-    assert run.info.status == "FINISHED" and run.data.tags["flow"] == "adversarial_rl"
+    assert run.info.status == "FINISHED" and run.data.tags["flow"] == "rl"
     expected = ({f"{a}/{m}" for a in ("reasoner", "verifier") for m in AGENT_METRICS}
                 | {f"reasoner/{m}" for m in REASONER_METRICS}
                 | {f"verifier/{m}" for m in VERIFIER_METRICS} | SHARED_METRICS)
@@ -94,7 +95,7 @@ def test_warm_up_then_rerun_resumes_and_refuses_other_method_settings(
     warmup = WarmupSection(demonstrations=2, sft={"lr": 1e-3, "batch_size": 3,
                                                   "micro_batch_size": 3, "max_seq_len": 4096})
     # the default layout (a LoRA adapter per agent on one base) after an SFT warm-up
-    first = adversarial_rl(config(*args, 3, warmup=warmup, max_train_minutes=1e-9,
+    first = rl_flow(config(*args, 3, warmup=warmup, max_train_minutes=1e-9,
                                   checkpoint_every=5))
     assert first["steps_run"] == 1  # the budget was spent by the first update: checkpointed
     client = mlflow.MlflowClient()
@@ -108,9 +109,9 @@ def test_warm_up_then_rerun_resumes_and_refuses_other_method_settings(
         weights = tmp_path / "ckpt" / agent / "step-00000001" / "weights"
         assert (weights / "adapter_model.safetensors").is_file()
 
-    second = adversarial_rl(config(*args, 2, warmup=warmup))  # reuses the warm-up, resumes
+    second = rl_flow(config(*args, 2, warmup=warmup))  # reuses the warm-up, resumes
     history = client.get_metric_history(second["run_id"], "verifier/reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoints
     assert client.get_metric_history(second["run_id"], "warmup/loss") == []
     with pytest.raises(ValueError, match="other ARR settings"):
-        adversarial_rl(config(*args, 3, warmup=warmup, lam=0.9))
+        rl_flow(config(*args, 3, warmup=warmup, lam=0.9))

@@ -6,21 +6,20 @@ import mlflow
 import pytest
 import torch
 
-from advrag.config import GARConfig
 from advrag.flows.rl import run_recipe
-from advrag.recipes.gar import GarRecipe
+from advrag.recipes.gar import GarConfig, GarRecipe
 from advrag.tasks import tracking
 
 
-def config(tmp_path, world, index, policy, **changes) -> GARConfig:
+def config(tmp_path, world, index, policy, **changes) -> GarConfig:
     settings = dict(
         model=str(policy), steps=2, questions_per_step=2, max_turns=1, max_new_tokens=8,
         max_judge_tokens=12, max_slice_tokens=16, checkpoint_every=1, lora={"r": 4, "alpha": 8},
         checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
         experiment="gar-test", registered_reasoner="tiny-gar-r", registered_discriminator="tiny-gar-d",
-        optim={"lr": 1e-2, "group_size": 2, "micro_batch_size": 2, "max_seq_len": 512},
+        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512},
         warmup=None, evaluate=None, cpu_bf16=False)
-    return GARConfig(**(settings | changes))
+    return GarConfig(**(settings | changes))
 
 
 def test_gar_updates_and_registers_both_agents(

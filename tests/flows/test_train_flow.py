@@ -5,10 +5,11 @@ from __future__ import annotations
 import mlflow
 import torch
 
-from advrag.config import BenchmarkConfig, TrainFlowConfig
+from advrag.config import BenchmarkConfig
 from advrag.engines.local.checkpoint import list_checkpoints
-from advrag.flows.train import train
+from advrag.flows.rl import rl_flow
 from advrag.models.loading import load_policy
+from advrag.recipes.grpo import GrpoConfig
 from advrag.tasks import tracking
 
 STEP_METRICS = {"reward_mean", "reward_std", "informative_groups", "loss", "kl", "clip_fraction",
@@ -16,12 +17,12 @@ STEP_METRICS = {"reward_mean", "reward_std", "informative_groups", "loss", "kl",
                 "update_s"}
 
 
-def config(tmp_path, world, index, policy, steps, evaluate=None) -> TrainFlowConfig:
-    return TrainFlowConfig(
+def config(tmp_path, world, index, policy, steps, evaluate=None) -> GrpoConfig:
+    return GrpoConfig(
         model=str(policy), lora=None, steps=steps, questions_per_step=2, max_turns=1,
         max_new_tokens=8, checkpoint_every=1, checkpoint_dir=tmp_path / "ckpt",
         world_dir=world, index_dir=index, experiment="train-test", registered_model="tiny-rl",
-        optim={"lr": 1e-2, "group_size": 2, "micro_batch_size": 2, "max_seq_len": 512,
+        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512,
                "kl_coef": 0.01},
         warmup={"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2}},
         evaluate=evaluate,
@@ -35,7 +36,7 @@ def test_two_steps_train_log_checkpoint_register_and_benchmark(
     evaluate = BenchmarkConfig(methods=["search_r1"], limit=2, batch_size=2, max_turns=1,
                                max_new_tokens=8, world_dir=small_world_dir,
                                index_dir=small_index_dir, experiment="train-test-eval")
-    result = train(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2, evaluate))
+    result = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2, evaluate))
 
     run = mlflow.get_run(result["run_id"])
     assert run.info.status == "FINISHED"
@@ -71,10 +72,10 @@ def test_a_spent_budget_checkpoints_and_a_rerun_resumes_from_it(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
     budgeted = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 3).model_copy(
         update={"max_train_minutes": 1e-9, "checkpoint_every": 5})
-    first = train(budgeted)
+    first = rl_flow(budgeted)
     assert first["steps_run"] == 1  # the budget was spent by the first update
     assert [p.name for p in list_checkpoints(tmp_path / "ckpt")] == ["step-00000001"]
-    second = train(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
+    second = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
     history = mlflow.MlflowClient().get_metric_history(second["run_id"], "reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoint
     assert not mlflow.MlflowClient().get_metric_history(second["run_id"], "warmup/loss")

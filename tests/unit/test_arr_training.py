@@ -22,12 +22,13 @@ from advrag.agents.arr_scoring import (
     verifier_turn_docs,
 )
 from advrag.agents.types import Trajectory
-from advrag.config import AdversarialRLConfig, load_config
+from advrag.config import load_config
 from advrag.core.actions import action_means, action_token_ids
 from advrag.core.arr_process import arr_process_advantages
 from advrag.core.arr_rewards import gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
 from advrag.engines.local.tokenize import encode_trajectories
+from advrag.recipes.arr import ArrConfig
 
 HAMLET = "Who wrote Hamlet?"
 GOLD = ["William Shakespeare"]
@@ -233,11 +234,11 @@ def test_per_turn_means_averages_actions_of_a_turn():
 
 
 def test_ablation_configs_differ_from_the_recipe_only_in_their_switch_and_names():
-    base = load_config("configs/arr.yaml", AdversarialRLConfig).model_dump()
+    base = load_config("configs/arr.yaml", ArrConfig).model_dump()
     names = {"checkpoint_dir", "registered_reasoner", "registered_verifier"}
     for path, switch in (("configs/arr-no-adv.yaml", "adversarial_reward"),
                          ("configs/arr-no-proc.yaml", "process_advantage")):
-        ablation = load_config(path, AdversarialRLConfig).model_dump()
+        ablation = load_config(path, ArrConfig).model_dump()
         changed = {k for k in base if base[k] != ablation[k]}
         assert changed == {switch} | names and ablation[switch] is False
-    assert base == AdversarialRLConfig().model_dump()  # the defaults are the CPU recipe
+    assert base == ArrConfig().model_dump()  # the defaults are the CPU recipe

@@ -12,15 +12,9 @@ from test_config import SHIPPED
 from typer.testing import CliRunner
 
 from advrag.cli import app
-from advrag.config import (
-    AdversarialRLConfig,
-    BenchmarkConfig,
-    DemoConfig,
-    PipelineConfig,
-    TrainFlowConfig,
-    config_hash,
-    load_config,
-)
+from advrag.config import BenchmarkConfig, DemoConfig, PipelineConfig, config_hash, load_config
+from advrag.recipes.arr import ArrConfig
+from advrag.recipes.grpo import GrpoConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # Runs the CLI, then prints which heavy libraries it had imported by the time it exited.
@@ -48,7 +42,7 @@ def test_a_typo_exits_2_with_the_one_line_message(tmp_path):
     bad.write_text(TYPO["train"])
     result = cli("train", "--config", str(bad), cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == (f"error: {bad}: invalid TrainFlowConfig config: optim.lr_rate: "
+    assert result.stderr == (f"error: {bad}: invalid GrpoConfig config: optim.lr_rate: "
                              "unknown field — did you mean 'lr'?\n")
     assert result.stdout == ""
 
@@ -107,9 +101,9 @@ def test_config_show_detects_the_kind_and_fills_every_default():
 @pytest.mark.parametrize(("text", "model"), [
     ("", DemoConfig), ("data: {dvc_repro: true}\n", DemoConfig),
     ("benchmark: {topk: 2}\n", DemoConfig), ("data: {}\nrecipe: configs/gar.yaml\n", PipelineConfig),
-    ("topk: 2\nmodel: x\n", BenchmarkConfig), ("steps: 2\noptim: {lr: 1.0}\n", TrainFlowConfig),
-    ("recipe: grpo\n", TrainFlowConfig), ("recipe: arr\n", AdversarialRLConfig),
-    ("lam: 0.3\nsteps: 2\n", AdversarialRLConfig)])
+    ("topk: 2\nmodel: x\n", BenchmarkConfig), ("steps: 2\noptim: {lr: 1.0}\n", GrpoConfig),
+    ("recipe: grpo\n", GrpoConfig), ("recipe: arr\n", ArrConfig),
+    ("lam: 0.3\nsteps: 2\n", ArrConfig)])
 def test_config_show_guesses_the_model_from_recipe_or_keys(tmp_path, text, model):
     (tmp_path / "c.yaml").write_text(text)
     result = CliRunner().invoke(app, ["config", "show", str(tmp_path / "c.yaml")])
@@ -120,7 +114,7 @@ def test_config_show_guesses_the_model_from_recipe_or_keys(tmp_path, text, model
 def test_config_show_takes_the_kind_and_refuses_an_unknown_one(tmp_path):
     (tmp_path / "c.yaml").write_text("topk: 2\n")
     result = CliRunner().invoke(app, ["config", "show", str(tmp_path / "c.yaml"), "--kind", "train"])
-    assert result.exit_code == 0 and " as TrainFlowConfig; " in result.stdout
+    assert result.exit_code == 0 and " as GrpoConfig; " in result.stdout
     result = CliRunner().invoke(app, ["config", "show", str(ROOT / "configs/train.yaml"),
                                       "--kind", "nightli"])
     assert result.exit_code == 2
@@ -131,6 +125,6 @@ def test_config_show_of_a_bad_file_exits_2_with_the_message(tmp_path):
     (tmp_path / "c.yaml").write_text("recipe: arr\nlam: -1\n")
     result = cli("config", "show", str(tmp_path / "c.yaml"), cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith(f"error: {tmp_path / 'c.yaml'}: invalid AdversarialRLConfig "
+    assert result.stderr.startswith(f"error: {tmp_path / 'c.yaml'}: invalid ArrConfig "
                                     "config: lam: Input should be greater than or equal to 0")
     assert "Traceback" not in result.stderr

@@ -8,30 +8,30 @@ import pytest
 from annotated_types import Ge, Gt, Le, Lt
 
 from advrag.config import (
-    AdversarialRLConfig,
     BenchmarkConfig,
     ConfigError,
     DemoConfig,
     DiscriminatorSFTConfig,
-    GARConfig,
     PipelineConfig,
     Strict,
-    TrainFlowConfig,
-    UR2Config,
     did_you_mean,
     load_config,
 )
+from advrag.recipes.arr import ArrConfig
+from advrag.recipes.gar import GarConfig
+from advrag.recipes.grpo import GrpoConfig
+from advrag.recipes.ur2 import UR2Config
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": TrainFlowConfig, "arr.yaml": AdversarialRLConfig,
-           "arr-no-adv.yaml": AdversarialRLConfig, "arr-no-proc.yaml": AdversarialRLConfig,
+SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrConfig,
+           "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml",
                             "ur2-long-warmup.yaml", "ur2-warmup-4epochs.yaml"],
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
                             "gar-ra-only.yaml", "gar-demo.yaml", "gar-nightly.yaml", "gar-tiny.yaml"],
-                           GARConfig),
+                           GarConfig),
            **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml", "nightly.yaml",
                             "nightly-tiny.yaml"], PipelineConfig),
            **dict.fromkeys(["discriminator.yaml", "discriminator-demo.yaml",
@@ -86,8 +86,8 @@ def test_every_number_of_every_config_model_has_a_range():
 def test_a_typo_is_one_line_naming_the_dotted_field_and_the_closest_name(tmp_path):
     bad = write(tmp_path, "optim: {lr_rate: 1}\n")
     with pytest.raises(ConfigError) as err:
-        load_config(bad, TrainFlowConfig)
-    assert str(err.value) == (f"{bad}: invalid TrainFlowConfig config: optim.lr_rate: unknown "
+        load_config(bad, GrpoConfig)
+    assert str(err.value) == (f"{bad}: invalid GrpoConfig config: optim.lr_rate: unknown "
                               "field — did you mean 'lr'?")
 
 
@@ -103,9 +103,9 @@ def test_topk_zero_is_rejected_with_the_range_and_what_topk_is(tmp_path):
 def test_several_problems_are_one_message_with_a_line_each(tmp_path):
     bad = write(tmp_path, "optim: {lr_rate: 1.0e-5}\ntopk: 0\nwarmup: {sft: {epochs: 0}}\n")
     with pytest.raises(ConfigError) as err:
-        load_config(bad, TrainFlowConfig)
+        load_config(bad, GrpoConfig)
     lines = str(err.value).splitlines()
-    assert lines[0] == f"{bad}: invalid TrainFlowConfig config:"
+    assert lines[0] == f"{bad}: invalid GrpoConfig config:"
     assert "  - optim.lr_rate: unknown field — did you mean 'lr'?" in lines
     assert any(line.startswith("  - topk: Input should be greater than or equal to 1 (got 0)")
                for line in lines)
@@ -119,28 +119,29 @@ def test_several_problems_are_one_message_with_a_line_each(tmp_path):
      "promotion.n_bot: unknown field — did you mean 'n_boot'?"),
     (BenchmarkConfig, "methods: [cot, naive-rag]\n", "methods[1]: Input should be 'cot', "
      "'naive_rag', 'search_r1' or 'arr' (got 'naive-rag') — did you mean 'naive_rag'?"),
-    (TrainFlowConfig, "lora: {target_modules: 5}\n", "lora.target_modules: Input should be a "
+    (GrpoConfig, "lora: {target_modules: 5}\n", "lora.target_modules: Input should be a "
      "valid string or Input should be a valid list (got 5) — set a valid value"),
-    (AdversarialRLConfig, "verifier_optim: {lr_rate: 1.0}\n",
+    (ArrConfig, "verifier_optim: {lr_rate: 1.0}\n",
      "verifier_optim.lr_rate: unknown field — did you mean 'lr'?"),
-    (AdversarialRLConfig, "verifier_optim: {lr: 0}\n",
+    (ArrConfig, "verifier_optim: {lr: 0}\n",
      "verifier_optim.lr: Input should be greater than 0 (got 0)"),
-    (AdversarialRLConfig, "critique_actions: [verfy]\n",
+    (ArrConfig, "critique_actions: [verfy]\n",
      "critique_actions[0]: Input should be 'verify', 'selected_doc', 'response' or "
      "'final_answer' (got 'verfy') — did you mean 'verify'?"),
-    (AdversarialRLConfig, "pattern_scores: {D: 1.0, ID: 0.8, F: 0.6, DI: 0.4, X: 0.2}\n",
+    (ArrConfig, "pattern_scores: {D: 1.0, ID: 0.8, F: 0.6, DI: 0.4, X: 0.2}\n",
      "pattern_scores: give exactly the patterns D, ID, F, DI, I a score (missing: I; unknown: X)"),
-    (AdversarialRLConfig, "pattern_scores: {D: 2.0, ID: 0.8, F: 0.6, DI: 0.4, I: 0.2}\n",
+    (ArrConfig, "pattern_scores: {D: 2.0, ID: 0.8, F: 0.6, DI: 0.4, I: 0.2}\n",
      "pattern_scores.D: Input should be less than or equal to 1 (got 2.0)"),
-    (AdversarialRLConfig, "optim: {group_size: 3}\n",
-     "optim.group_size: both agents share one group size — set group_size at the top level"),
-    (AdversarialRLConfig, "lora: null\n", "policies: 'shared_lora' needs lora settings — give "
+    (ArrConfig, "optim: {group_size: 3}\n",
+     "optim: group_size: rollouts per question is set once, at the top level of the recipe's "
+     "config (`group_size: 4`), not in an optimiser"),
+    (ArrConfig, "lora: null\n", "policies: 'shared_lora' needs lora settings — give "
      "lora, or use policies: separate for full fine-tuning"),
     (PipelineConfig, "data: {dvc_repro: false}\n", "data.dvc_repro: must be true"),
-    (TrainFlowConfig, "temperature: 0\n", "temperature: Input should be greater than 0"),
-    (TrainFlowConfig, "optim: {seed: -1}\n", "optim.seed: Input should be greater than or equal"),
-    (TrainFlowConfig, "lora: {dropout: 1.0}\n", "lora.dropout: Input should be less than 1"),
-    (TrainFlowConfig, "model: ''\n", "model: String should have at least 1 character"),
+    (GrpoConfig, "temperature: 0\n", "temperature: Input should be greater than 0"),
+    (GrpoConfig, "optim: {seed: -1}\n", "optim.seed: Input should be greater than or equal"),
+    (GrpoConfig, "lora: {dropout: 1.0}\n", "lora.dropout: Input should be less than 1"),
+    (GrpoConfig, "model: ''\n", "model: String should have at least 1 character"),
     (BenchmarkConfig, "retriever_url: localhost:8000\n", "retriever_url: String should match"),
     (BenchmarkConfig, "methods: []\n", "methods: List should have at least 1 item"),
 ])
@@ -188,14 +189,14 @@ def test_broken_or_binary_yaml_is_a_config_error(tmp_path):
 def test_extends_lays_the_file_over_its_parent(tmp_path):
     (tmp_path / "base").mkdir()
     (tmp_path / "base/grandparent.yaml").write_text(
-        "steps: 5\nmax_turns: 3\noptim: {lr: 1.0e-5, group_size: 4}\n")
+        "steps: 5\nmax_turns: 3\noptim: {lr: 1.0e-5, micro_batch_size: 4}\n")
     (tmp_path / "base/parent.yaml").write_text(
-        "extends: grandparent.yaml\nsteps: 7\noptim: {group_size: 8}\n")
+        "extends: grandparent.yaml\nsteps: 7\noptim: {micro_batch_size: 8}\n")
     (tmp_path / "child.yaml").write_text("extends: base/parent.yaml\nmax_turns: 1\nwarmup: null\n")
-    cfg = load_config(tmp_path / "child.yaml", TrainFlowConfig)
+    cfg = load_config(tmp_path / "child.yaml", GrpoConfig)
     # the nearest file wins; nested mappings merge key by key; null replaces
     assert (cfg.steps, cfg.max_turns, cfg.warmup) == (7, 1, None)
-    assert cfg.optim.model_dump(exclude_unset=True) == {"lr": 1e-5, "group_size": 8}
+    assert cfg.optim.model_dump(exclude_unset=True) == {"lr": 1e-5, "micro_batch_size": 8}
 
 
 def test_extends_errors_name_the_file_and_the_fix(tmp_path):
@@ -220,15 +221,15 @@ def test_a_resumed_run_may_compile_its_update_but_not_change_its_sampling():
     def settings(config) -> str:  # what a checkpoint and the run resuming it must share
         return config_hash(config, exclude=config.RUN_CONTROL)
 
-    base = TrainFlowConfig()
+    base = GrpoConfig()
     assert settings(base.model_copy(update={"compile_update": True})) == settings(base)
     assert settings(base.model_copy(update={"amx_attention": False})) == settings(base)
     assert settings(base.model_copy(update={"temperature": 0.7})) != settings(base)
 
 
 def test_compile_update_is_auto_by_default_and_takes_only_auto_or_a_bool(tmp_path):
-    assert TrainFlowConfig().compile_update == "auto"
-    assert TrainFlowConfig(compile_update=True).compile_update is True
+    assert GrpoConfig().compile_update == "auto"
+    assert GrpoConfig(compile_update=True).compile_update is True
     (tmp_path / "typo.yaml").write_text("compile_update: atuo\n")
     with pytest.raises(ValueError, match="compile_update"):
-        load_config(tmp_path / "typo.yaml", TrainFlowConfig)
+        load_config(tmp_path / "typo.yaml", GrpoConfig)

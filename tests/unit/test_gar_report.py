@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from advrag.evaluation.reports import JUDGED_TEXT_CHARS, judged_slices_figure
-from advrag.recipes.gar import rationale
+from advrag.recipes.gar.recipe import rationale
 
 JUDGMENTS = [
     {"source": "reference", "question": "Where was Ada born?", "slice": "Ada was born in Oslo.",

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from advrag.agents.types import Trajectory
-from advrag.config import GARConfig
 from advrag.datasets.records import QARecord
-from advrag.engines.local.gar_step import (
+from advrag.recipes.gar import GarConfig
+from advrag.recipes.gar.step import (
     Slice,
     discriminator_metrics,
     generated_slices,
@@ -18,7 +18,7 @@ from advrag.engines.local.gar_step import (
     reference_slices,
 )
 
-CONFIG = GARConfig(lam3=1.0, lam4=0.5, malformed_penalty=1.0)
+CONFIG = GarConfig(lam3=1.0, lam4=0.5, malformed_penalty=1.0)
 
 
 def test_each_judgment_gets_its_slice_share_of_the_discriminator_reward():

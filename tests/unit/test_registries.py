@@ -51,8 +51,8 @@ def test_a_name_registers_once():
 
 
 def test_each_recipe_names_its_config_and_primary_agent():
-    for name, (recipe_class, config_model) in RECIPES.items():
+    for name, recipe_class in RECIPES.items():
         assert recipe_class.name == name
-        assert config_model().recipe == name  # a config file's `recipe:` picks this entry
+        assert recipe_class.config_model().recipe == name  # a config file's `recipe:` picks this entry
         assert recipe_class.agents[0] == "reasoner"  # the benchmarked and promoted agent
         assert not getattr(recipe_class, "__abstractmethods__", set())

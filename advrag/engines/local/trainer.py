@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advrag.agents.types import Trajectory
+from advrag.agents.types import TextGenerator, Trajectory
 from advrag.config.base import config_hash
 from advrag.config.engine import TrainConfig
 from advrag.core.advantages import ADVANTAGE_ESTIMATORS, GroupIds
@@ -356,3 +356,10 @@ def _summarise(
         "response_length": float(mask.sum(dim=1).float().mean()),
         "truncated_fraction": float(batch.truncated_mask.float().mean()),
     }
+
+
+def push_updated_weights(generator: TextGenerator, trainer: LocalTrainer) -> None:
+    """Give a generator that samples from its own copy of the weights the trainer's new ones."""
+    push_weights = getattr(generator, "push_weights", None)
+    if push_weights is not None:
+        push_weights(trainer.policy.model)

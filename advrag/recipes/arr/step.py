@@ -39,7 +39,7 @@ reward bookkeeping (the reasoner's includes the outcome scoring of both
 agents, done together, and the impacts); ``<agent>/time/update_s`` its update
 (log-prob passes, loss, optimizer; the verifier's includes its process term).
 
-Settings are the flow's ``AdversarialRLConfig`` itself (one place for defaults).
+Settings are the recipe's ``ArrConfig`` itself (one place for defaults).
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ from advrag.agents.arr_scoring import (
     verifier_turn_docs,
 )
 from advrag.agents.types import TextGenerator, one_episode
-from advrag.config import AdversarialRLConfig
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
 from advrag.core.arr_process import ProcessAdvantage
@@ -73,9 +72,9 @@ from advrag.core.arr_rewards import bin_value, gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
 from advrag.core.patterns import PATTERNS
 from advrag.datasets.records import QARecord
-from advrag.engines.local.steps import push_updated_weights
 from advrag.engines.local.tokenize import Batch
-from advrag.engines.local.trainer import LocalTrainer
+from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
+from advrag.recipes.arr.config import ArrConfig
 from advrag.retrieval.base import Retriever
 
 
@@ -184,7 +183,7 @@ def gold_flags(splits: Sequence[SplitTrajectory], dialogues: Sequence[Dialogue],
 def verifier_update(trainer: LocalTrainer, splits: Sequence[SplitTrajectory],
                     dialogues: Sequence[Dialogue], records: Sequence[QARecord],
                     scores: Sequence[DialogueScore], impact_values: Sequence[float],
-                    config: AdversarialRLConfig) -> tuple[dict[str, float], ProcessAdvantage]:
+                    config: ArrConfig) -> tuple[dict[str, float], ProcessAdvantage]:
     """Prepare the verifier's update, add ``A_proc`` on its critique tokens (if on), learn.
 
     Returns the update's metrics and the process term (computed even when off, for its metrics).
@@ -204,7 +203,7 @@ def verifier_update(trainer: LocalTrainer, splits: Sequence[SplitTrajectory],
 
 
 def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator],
-            retriever: Retriever, config: AdversarialRLConfig
+            retriever: Retriever, config: ArrConfig
             ) -> tuple[list[Dialogue], list[QARecord], dict[str, float]]:
     """``group_size`` dialogues per record in one batched run; returns them, their records, times."""
     repeated = [record for record in records for _ in range(config.group_size)]
@@ -222,7 +221,7 @@ def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator]
 
 
 def score(dialogues: Sequence[Dialogue], records: Sequence[QARecord],
-          config: AdversarialRLConfig) -> list[DialogueScore]:
+          config: ArrConfig) -> list[DialogueScore]:
     """Both agents' outcome rewards and the EM/F1 of every answer, per dialogue."""
     return [
         score_dialogue(d, r.golden_answers, lam=config.lam, n_bins=config.n_bins,
@@ -240,7 +239,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
              retriever: Retriever, records: Sequence[QARecord],
-             config: AdversarialRLConfig) -> ArrStepResult:
+             config: ArrConfig) -> ArrStepResult:
     """Rollout → score → reasoner update → verifier update; metrics of both agents and traces."""
     started = time.perf_counter()
     for trainer in trainers.values():
@@ -295,7 +294,7 @@ def _std(values: Sequence[float]) -> float:
 
 
 def _outcome_metrics(dialogues: Sequence[Dialogue], scores: Sequence[DialogueScore],
-                     config: AdversarialRLConfig) -> dict[str, float]:
+                     config: ArrConfig) -> dict[str, float]:
     """Rewards, EM/F1, behaviour and the share of dialogues each agent won a bonus in."""
     n = len(dialogues)
     r_rewards = [s.reward_reasoner for s in scores]

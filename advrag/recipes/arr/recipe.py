@@ -2,7 +2,7 @@
 
 Two agents — LoRA adapters on one shared base by default (``policies:
 shared_lora``), or a model each (``separate``) — each with its own AdamW,
-schedule and checkpoints. One update (``engines.local.arr_step``): G dialogues
+schedule and checkpoints. One update (``step``): G dialogues
 per question, each agent's adversarial outcome reward (eq. 5), a GRPO update of
 the reasoner, then of the verifier with the process-aware advantage on its
 critique tokens (eqs. 6–9, ``core.arr_process``). The warm-up trains the shared
@@ -15,14 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from advrag.agents.types import Trajectory
-from advrag.config import AdversarialRLConfig, TrainConfig
+from advrag.config import TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, rollout_engine, update_compiled
+from advrag.recipes.arr.config import ArrConfig
+from advrag.recipes.base import Recipe, update_compiled
 from advrag.retrieval.base import Retriever
 
 
-def agent_configs(config: AdversarialRLConfig) -> dict[str, TrainConfig]:
-    """Each agent's optimiser: ``optim`` (its group size is G), + ``verifier_optim`` for the verifier."""
+def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:
+    """Each agent's optimiser: ``optim``, + ``verifier_optim`` for the verifier."""
     return {"reasoner": config.optim,
             "verifier": TrainConfig.model_validate(config.optim.model_dump() | config.verifier_optim)}
 
@@ -32,9 +33,12 @@ class ArrRecipe(Recipe):
 
     name = "arr"
     agents = ("reasoner", "verifier")
-    config: AdversarialRLConfig
+    config: ArrConfig
+    config_model = ArrConfig
+    default_config = "configs/arr.yaml"
+    aliases = ("adversarial-rl",)
 
-    def __init__(self, config: AdversarialRLConfig):
+    def __init__(self, config: ArrConfig):
         super().__init__(config)
         self.traces: list[list] = []  # per update: the dialogues' entropy traces (Figure 6)
 
@@ -79,16 +83,15 @@ class ArrRecipe(Recipe):
         self.trainers = d.AgentTrainers.build(policies, tokenizers, configs)
         dirs = {"reasoner": start_model, "verifier": start_model if c.policies == "shared_lora"
                 else c.verifier_model or start_model}
-        reasoner = policies["reasoner"]
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
             model_dirs={name: resolve_model_dir(spec) for name, spec in dirs.items()},
             seed=configs["reasoner"].seed,
-            **rollout_engine(c, self.trained_sequences(), reasoner.model, reasoner.autocast))
+            **self.engine_options())
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One joint update: rollout → score → reasoner update → verifier update."""
-        from advrag.engines.local.arr_step import arr_step
+        from advrag.recipes.arr.step import arr_step
 
         result = arr_step(self.trainers, self.generators, retriever, records, self.config)
         self.traces.append(result.traces)

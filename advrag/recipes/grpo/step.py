@@ -1,4 +1,4 @@
-"""A GRPO training step for the Search-R1 agent, as named steps: rollout → score → update.
+"""The ``grpo`` recipe's update on the Search-R1 agent, as named steps: rollout → score → update.
 
 The generator must sample from the trainer's own weights: either build it on
 ``trainer.policy.model`` (the same object, so every update is visible to the
@@ -21,19 +21,12 @@ from advrag.agents.search_loop import run_search_agent
 from advrag.agents.types import TextGenerator, Trajectory
 from advrag.core.advantages import informative_group_fraction
 from advrag.datasets.records import QARecord
-from advrag.engines.local.trainer import LocalTrainer
+from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.retrieval.base import Retriever
 
 RewardFn = Callable[[Trajectory, QARecord], float]
 Agent = Callable[[Sequence[QARecord]], list[Trajectory]]
 """Runs an episode per record (in order): the rollout shape of a recipe."""
-
-
-def push_updated_weights(generator: TextGenerator, trainer: LocalTrainer) -> None:
-    """Give a generator that samples from its own copy of the weights the trainer's new ones."""
-    push_weights = getattr(generator, "push_weights", None)
-    if push_weights is not None:
-        push_weights(trainer.policy.model)
 
 
 def rollout(
@@ -90,11 +83,12 @@ def grpo_step(
     retriever: Retriever,
     records: Sequence[QARecord],
     *,
+    group_size: int,
     reward_fn: RewardFn,
     rollout_kwargs: Mapping[str, Any] | None = None,
     agent: Agent | None = None,
 ) -> dict[str, float]:
-    """Rollout (``trainer.config.group_size`` per record) → score → update; returns all metrics.
+    """Rollout (``group_size`` per record) → score → update; returns all metrics.
 
     The metrics include the step's time split: ``rollout_s``, ``score_s`` and
     ``update_s`` (the update includes pushing weights to the generator).
@@ -112,7 +106,7 @@ def grpo_step(
         records,
         generator,
         retriever,
-        group_size=trainer.config.group_size,
+        group_size=group_size,
         rollout_kwargs=rollout_kwargs,
         agent=agent,
     )

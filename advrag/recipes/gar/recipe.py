@@ -2,7 +2,7 @@
 
 Both are LoRA adapters on one base (the warm-up model when there is one). The
 discriminator starts from its SFT adapter (``discriminator_adapter``, made by
-the ``discriminator_sft`` flow) or fresh. One update is ``engines.local.gar_step``:
+the ``discriminator_sft`` flow) or fresh. One update is ``step.gar_step``:
 rollouts are sliced, mixed with as many reference slices from grounded
 demonstrations of the same questions, judged, and both agents updated by GRPO.
 Table 4's rows are configs: ``discriminator: none`` (R_m only), ``fixed`` (the
@@ -15,11 +15,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 
 from advrag.agents.types import Trajectory
-from advrag.config import GARConfig, TrainConfig
+from advrag.config import TrainConfig
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, rollout_engine, update_compiled
+from advrag.recipes.base import Recipe, update_compiled
+from advrag.recipes.gar.config import GarConfig
 from advrag.retrieval.base import Retriever
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
@@ -31,9 +33,11 @@ class GarRecipe(Recipe):
 
     name = "gar"
     agents = ("reasoner", "discriminator")  # with discriminator: trainable; else the reasoner alone
-    config: GARConfig
+    config: GarConfig
+    config_model = GarConfig
+    default_config = "configs/gar.yaml"
 
-    def __init__(self, config: GARConfig):
+    def __init__(self, config: GarConfig):
         super().__init__(config)
         self.agents = (("reasoner", "discriminator") if config.discriminator == "trainable"
                        else ("reasoner",))
@@ -42,10 +46,18 @@ class GarRecipe(Recipe):
         self.count_tokens = None
         self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
+    def upstream(self) -> tuple[str, ...]:
+        """The discriminator's SFT, unless the config trains without one."""
+        return () if self.config.discriminator == "none" else ("discriminator_sft",)
+
+    def use_discriminator(self, adapter_dir: Path) -> None:
+        """Start the discriminator from the SFT adapter in ``adapter_dir``."""
+        self.configure(discriminator_adapter=adapter_dir)
+
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
         """The reasoner's warm-up: grounded Search-R1 demonstrations (as ``grpo``)."""
-        from advrag.recipes.grpo import search_demonstrations
+        from advrag.recipes.grpo.recipe import search_demonstrations
 
         return search_demonstrations(self.config, records, retriever, chat_prompt)
 
@@ -76,16 +88,15 @@ class GarRecipe(Recipe):
         self.generators = d.agent_generators(
             policies, tokenizers, temperature=c.temperature, backend=c.rollout_backend,
             model_dirs=dict.fromkeys(names, resolve_model_dir(start_model)), seed=c.optim.seed,
-            **rollout_engine(c, self.trained_sequences(), policies["reasoner"].model,
-                             policies["reasoner"].autocast))
+            **self.engine_options())
         if "discriminator" in policies:
             self.scorer = partial(verdict_probabilities, policies["discriminator"], loaded.tokenizer)
         self.count_tokens = lambda text: len(loaded.tokenizer(text, add_special_tokens=False)
                                              .input_ids)
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
-        """One joint update on ``records`` (``engines.local.gar_step``)."""
-        from advrag.engines.local.gar_step import gar_step
+        """One joint update on ``records`` (``step.gar_step``)."""
+        from advrag.recipes.gar.step import gar_step
 
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
         return gar_step(self.trainers, self.generators, retriever, records, self.config,
@@ -96,7 +107,7 @@ class GarRecipe(Recipe):
         """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""
         from advrag.curation.demonstrations import build_demonstrations
         from advrag.curation.slicing import reasoning_text, slice_reasoning
-        from advrag.engines.local.gar_step import Slice
+        from advrag.recipes.gar.step import Slice
 
         if record.id not in self.references:
             c, chat = self.config, self.generators["reasoner"].chat_prompt

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 import torch
 
 from advrag.agents.types import TextGenerator, Trajectory
-from advrag.config import GARConfig
 from advrag.core.gar_rewards import alignment_reward, discriminator_reward, reasoner_reward
 from advrag.core.rewards import ANSWER_METRICS
 from advrag.curation.gar_labels import discriminator_prompt
 from advrag.curation.slicing import reasoning_text, slice_reasoning
 from advrag.datasets.records import QARecord
-from advrag.engines.local.steps import push_updated_weights, rollout, rollout_metrics
-from advrag.engines.local.trainer import LocalTrainer
+from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
+from advrag.recipes.gar.config import GarConfig
+from advrag.recipes.grpo.step import rollout, rollout_metrics
 from advrag.retrieval.base import Retriever
 
 
@@ -96,7 +96,7 @@ def judged_slices(slices: Sequence[Slice], judgments: Sequence[Trajectory],
 
 
 def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
-                     correct: Sequence[bool], config: GARConfig) -> list[float]:
+                     correct: Sequence[bool], config: GarConfig) -> list[float]:
     """Each judgment's share of λ3·R_d + λ4·R_a (module docstring); malformed ones penalised."""
     rewards = []
     for s, p in zip(slices, probs, strict=True):
@@ -111,7 +111,7 @@ def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
 
 
 def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
-             retriever: Retriever, records: Sequence[QARecord], config: GARConfig, *,
+             retriever: Retriever, records: Sequence[QARecord], config: GarConfig, *,
              references: Sequence[Slice], scorer: Callable | None, count_tokens: Callable,
              step: int, slice_log: list[dict] | None = None) -> dict[str, float]:
     """One joint update (module docstring); the step's metrics. ``slice_log``, when given, gets
@@ -122,7 +122,7 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     reasoner = trainers["reasoner"]
     reasoner.policy.model.eval()
     trajectories, repeated = rollout(
-        records, generators["reasoner"], retriever, group_size=reasoner.config.group_size,
+        records, generators["reasoner"], retriever, group_size=config.group_size,
         rollout_kwargs={"max_turns": config.max_turns, "topk": config.topk,
                         "max_new_tokens": config.max_new_tokens})
     metric = ANSWER_METRICS[config.reward_metric]
@@ -150,7 +150,7 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
 
 
 def _judge_and_train_discriminator(trainers, generators, trajectories, repeated, answer_scores,
-                                   config: GARConfig, references, scorer, count_tokens, step,
+                                   config: GarConfig, references, scorer, count_tokens, step,
                                    metrics: dict[str, float], slice_log) -> list[list[float]]:
     """Slice, judge, reward and (when trainable) update the discriminator; each rollout's slice scores."""
     generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens)

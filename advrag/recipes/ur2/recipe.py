@@ -31,12 +31,12 @@ from collections.abc import Sequence
 
 from advrag.agents.types import Trajectory
 from advrag.agents.ur2_scoring import ur2_counts
-from advrag.config import UR2Config
 from advrag.core.rewards import ANSWER_METRICS, ur2_reward
 from advrag.curation.mixing import needs_search
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
-from advrag.recipes.grpo import GrpoRecipe
+from advrag.recipes.grpo.recipe import GrpoRecipe
+from advrag.recipes.ur2.config import UR2Config
 from advrag.retrieval.base import Retriever
 
 
@@ -45,6 +45,9 @@ class UR2Recipe(GrpoRecipe):
 
     name = "ur2"
     config: UR2Config
+    config_model = UR2Config
+    default_config = "configs/ur2.yaml"
+    aliases = ()  # `advrag train` is grpo's
 
     def __init__(self, config: UR2Config):
         super().__init__(config)
@@ -57,6 +60,14 @@ class UR2Recipe(GrpoRecipe):
 
         super().build(start_model)
         self.summariser = make_summariser(self.config.summary)
+
+    def upstream(self) -> tuple[str, ...]:
+        """Curation with the start policy, unless the config trains on uncurated questions."""
+        return () if self.config.curate is None else ("curation",)
+
+    def training_questions(self) -> list[QARecord]:
+        """The world's training questions mixed with reasoning-only items (``mixed_questions``)."""
+        return mixed_questions(self.config)
 
     def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
         """Train stage 1 on ``stage1`` (the filtered questions), stage 2 on ``curated``."""
@@ -73,7 +84,7 @@ class UR2Recipe(GrpoRecipe):
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One update with the reward of the current stage; also logs UR²'s counts."""
-        from advrag.engines.local.steps import grpo_step
+        from advrag.recipes.grpo.step import grpo_step
 
         c, stage = self.config, self.stage(self.trainers["reasoner"].step)
         tally = {"violations": 0.0, "valid_queries": 0.0, "fallbacks": 0.0, "correct": 0.0}
@@ -90,8 +101,9 @@ class UR2Recipe(GrpoRecipe):
                               fallback_penalty=c.fallback_penalty)
 
         metrics = grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
-                            records, reward_fn=reward, agent=self.agent(retriever))
-        n = len(records) * c.optim.group_size
+                            records, group_size=c.group_size, reward_fn=reward,
+                            agent=self.agent(retriever))
+        n = len(records) * c.group_size
         summaries = {} if self.summariser is None else {
             f"summary/{k}": float(v) for k, v in self.summariser.stats.as_dict().items()}
         return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | summaries | {
@@ -124,3 +136,17 @@ class UR2Recipe(GrpoRecipe):
                 f"correct {metrics['ur2/correct']:.2f}, valid queries "
                 f"{metrics['ur2/valid_queries']:.2f}, {seconds:.0f} s")
 
+
+def mixed_questions(config: UR2Config) -> list[QARecord]:
+    """Task mixing's training questions: the world's QA items, with ``reasoning_share`` of the
+    result reasoning-only items (``reasoning_train.jsonl``); all QA items are kept."""
+    from advrag.curation.mixing import mix_tasks
+    from advrag.datasets.loaders import load_qa
+
+    records = load_qa(config.world_dir / "train.jsonl")
+    share = config.reasoning_share
+    if not share:
+        return records
+    reasoning = load_qa(config.world_dir / "reasoning_train.jsonl")
+    wanted = round(len(records) / (1.0 - share)) if share < 1 else len(reasoning)
+    return mix_tasks(records, reasoning, share, wanted, config.optim.seed)

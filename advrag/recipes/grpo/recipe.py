@@ -1,6 +1,6 @@
 """Recipe ``grpo``: one Search-R1-style agent trained with GRPO (or REINFORCE++, Dr.GRPO).
 
-Each update samples ``optim.group_size`` trajectories per question (retrieved
+Each update samples ``group_size`` trajectories per question (retrieved
 tokens masked), rewards each with the F1 or EM of its final ``<answer>`` minus a
 format penalty (``core.rewards.answer_reward``), turns the rewards into token
 advantages with the estimator ``optim.advantage`` names
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from advrag.agents.types import Trajectory
-from advrag.config import TrainFlowConfig
 from advrag.core.rewards import answer_reward
 from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, rollout_engine, trainable_policy
+from advrag.recipes.base import Recipe, trainable_policy
+from advrag.recipes.grpo.config import GrpoConfig
 from advrag.retrieval.base import Retriever
 
 
@@ -25,7 +25,10 @@ class GrpoRecipe(Recipe):
 
     name = "grpo"
     agents = ("reasoner",)
-    config: TrainFlowConfig
+    config: GrpoConfig
+    config_model = GrpoConfig
+    default_config = "configs/train.yaml"
+    aliases = ("train",)
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
@@ -53,11 +56,11 @@ class GrpoRecipe(Recipe):
             c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
             temperature=c.temperature, batch_size=64, autocast=policy.autocast,
             seed=c.optim.seed,
-            **rollout_engine(c, self.trained_sequences(), policy.model, policy.autocast))}
+            **self.engine_options())}
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One GRPO update: rollout → score → advantages → loss → step."""
-        from advrag.engines.local.steps import grpo_step
+        from advrag.recipes.grpo.step import grpo_step
 
         c = self.config
 
@@ -67,7 +70,7 @@ class GrpoRecipe(Recipe):
                                  metric=c.reward_metric, format_penalty=c.format_penalty)
 
         return grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
-                         records, reward_fn=reward,
+                         records, group_size=c.group_size, reward_fn=reward,
                          rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
                                          "max_new_tokens": c.max_new_tokens})
 

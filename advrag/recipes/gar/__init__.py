@@ -1,0 +1,11 @@
+"""Recipe ``gar``: GAR's reasoner and slice discriminator trained jointly (GAR §3).
+
+``recipe``: the recipe class (how it departs from its paper is in its docstring); ``step``:
+one update (rollout → score → update; imports torch, so loaded on first use); ``config``:
+its settings.
+"""
+
+from advrag.recipes.gar.config import GarConfig
+from advrag.recipes.gar.recipe import GarRecipe
+
+__all__ = ["GarConfig", "GarRecipe"]
