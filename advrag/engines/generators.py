@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from advrag.agents.types import TextGenerator
+from advrag.common.types import TextGenerator
 from advrag.engines.local.generation import (
     HFGenerator,
     SnapshotGenerator,

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.config import AdversarialRLConfig, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, rollout_engine, update_compiled
-from advrag.retrieval.base import Retriever
 
 
 def agent_configs(config: AdversarialRLConfig) -> dict[str, TrainConfig]:

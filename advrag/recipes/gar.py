@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from functools import partial
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.config import GARConfig, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, rollout_engine, update_compiled
-from advrag.retrieval.base import Retriever
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
 _RATIONALE_RE = re.compile(r"rationale\s*[:\-]\s*(.*)", re.IGNORECASE | re.DOTALL)

@@ -31,13 +31,13 @@ from collections.abc import Sequence
 
 from advrag.agents.types import Trajectory
 from advrag.agents.ur2_scoring import ur2_counts
+from advrag.common.types import Retriever, TextGenerator
 from advrag.config import UR2Config
 from advrag.core.rewards import ANSWER_METRICS, ur2_reward
 from advrag.curation.mixing import needs_search
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
 from advrag.recipes.grpo import GrpoRecipe
-from advrag.retrieval.base import Retriever
 
 
 class UR2Recipe(GrpoRecipe):
@@ -56,7 +56,7 @@ class UR2Recipe(GrpoRecipe):
         from advrag.retrieval.summary import make_summariser
 
         super().build(start_model)
-        self.summariser = make_summariser(self.config.summary)
+        self.summariser = make_summariser(self.config.summary, load_model=load_summary_model)
 
     def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
         """Train stage 1 on ``stage1`` (the filtered questions), stage 2 on ``curated``."""
@@ -124,3 +124,12 @@ class UR2Recipe(GrpoRecipe):
                 f"correct {metrics['ur2/correct']:.2f}, valid queries "
                 f"{metrics['ur2/valid_queries']:.2f}, {seconds:.0f} s")
 
+
+def load_summary_model(spec: str) -> TextGenerator:
+    """Greedy transformers generation from the model ``spec`` names: the summariser's local
+    model, handed to ``retrieval.summary`` (which imports neither models nor engines)."""
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.models.loading import load_policy
+
+    policy = load_policy(spec)
+    return HFGenerator(policy.model, policy.tokenizer)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 from advrag.config import GARConfig
 from advrag.core.gar_rewards import alignment_reward, discriminator_reward, reasoner_reward
 from advrag.core.rewards import ANSWER_METRICS
@@ -40,7 +41,6 @@ from advrag.curation.slicing import reasoning_text, slice_reasoning
 from advrag.datasets.records import QARecord
 from advrag.engines.local.steps import push_updated_weights, rollout, rollout_metrics
 from advrag.engines.local.trainer import LocalTrainer
-from advrag.retrieval.base import Retriever
 
 
 @dataclass(frozen=True)
