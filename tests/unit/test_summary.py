@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from stand_in_http import QuietHandler, running_server
 
 from advrag.common.endpoint import EndpointUnavailableError, OpenAIChatGenerator
-from advrag.common.types import format_docs
+from advrag.common.types import Summary, format_docs
 from advrag.config.flows import SummaryConfig
 from advrag.recipes.ur2 import load_summary_model
 from advrag.retrieval.server import create_app, summary_config
@@ -21,7 +21,6 @@ from advrag.retrieval.server import main as server_main
 from advrag.retrieval.summary import (
     SUMMARY_FALLBACK_MESSAGE,
     LLMSummariser,
-    Summary,
     make_summariser,
     parse_summary,
     summary_prompt,
