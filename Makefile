@@ -71,7 +71,10 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 demo: install
 	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
 
+# .ci/lint_imports: imports point down the layers (pyproject.toml's import-linter contracts;
+# tests/unit/test_layers.py checks the same), first because it takes a second.
 test: install vllm
+	.ci/lint_imports
 	$(PY) -m pytest -q tests
 
 lint: install

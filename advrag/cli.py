@@ -254,6 +254,7 @@ def serve_retriever(
     """Search-R1-compatible retrieval server (POST /retrieve), optionally summarised (UR²)."""
     from pydantic import ValidationError
 
+    from advrag.recipes.ur2.recipe import load_summary_model
     from advrag.retrieval.server import serve, summary_config
 
     try:
@@ -265,7 +266,8 @@ def serve_retriever(
     except ValidationError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    serve(index_dir, host=host, port=port, kind=kind, summary=summary)
+    serve(index_dir, host=host, port=port, kind=kind, summary=summary,
+          load_model=load_summary_model)
 
 
 @app.command("prepare-data")

@@ -45,6 +45,7 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
     from advrag.engines.generators import make_generator
     from advrag.engines.local.generation import pick_dtype
     from advrag.models.loading import load_policy
+    from advrag.recipes.ur2.recipe import load_summary_model
     from advrag.retrieval.summary import make_summariser
 
     section = config.curate
@@ -57,7 +58,7 @@ def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
                                compile_rollout=config.compile_rollout,
                                rollouts=len(records) * section.k)
 
-    summariser = make_summariser(config.summary)
+    summariser = make_summariser(config.summary, load_model=load_summary_model)
 
     def rollout(batch):
         return run_mixed_agent([r.question for r in batch], [needs_search(r) for r in batch],

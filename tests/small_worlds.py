@@ -3,8 +3,8 @@ transcripts (grounded demonstrations, slices) without an embedding index."""
 
 from __future__ import annotations
 
+from advrag.common.types import Passage
 from advrag.datasets.world import World, WorldConfig, generate_world
-from advrag.retrieval.base import Passage
 from advrag.retrieval.bm25 import BM25Index
 from advrag.retrieval.retriever import BM25Retriever
 

@@ -64,12 +64,17 @@ from advrag.agents.prompts import (
     arr_final_predictor_prompt,
     arr_reasoner_prompt,
     arr_verifier_prompt,
-    format_doc,
-    format_docs,
 )
 from advrag.agents.protocol import extract_tags, last_content, parse_step
-from advrag.agents.types import TextGenerator, Trajectory, one_episode
-from advrag.retrieval.base import Passage, Retriever, search_by_item
+from advrag.agents.types import Trajectory, one_episode
+from advrag.common.types import (
+    Passage,
+    Retriever,
+    TextGenerator,
+    format_doc,
+    format_docs,
+    search_by_item,
+)
 
 REASONER_STOP = ("</search>", "</answer>")
 VERIFIER_STOP = ("</response>",)

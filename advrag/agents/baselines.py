@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from advrag.agents.prompts import cot_prompt, direct_reasoning_prompt, naive_rag_prompt
 from advrag.agents.protocol import last_content
-from advrag.agents.types import TextGenerator, Trajectory
-from advrag.retrieval.base import Retriever
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 
 
 def extract_answer(text: str) -> str | None:

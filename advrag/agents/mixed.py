@@ -12,8 +12,8 @@ from typing import Any
 
 from advrag.agents.baselines import answer_direct
 from advrag.agents.search_loop import run_search_agent
-from advrag.agents.types import TextGenerator, Trajectory
-from advrag.retrieval.base import Retriever
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 
 
 def run_mixed_agent(questions: Sequence[str], retrieval: Sequence[bool], generator: TextGenerator,

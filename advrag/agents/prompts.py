@@ -1,4 +1,4 @@
-"""Every piece of text the agents are shown: instructions, wrappers, hints, documents.
+"""Every piece of text the agents are shown: instructions, wrappers, hints.
 
 - Search-R1 single agent: our own wording of Search-R1's protocol (reason in
   ``<think>``, query in ``<search>``, results come back in ``<information>``,
@@ -15,15 +15,18 @@
     inserted on a new line as a labelled transcript (see ``render_dialogue``
     in ``advrag.agents.arr``); the paper does not say how it is serialised.
 - CoT (no retrieval) and naive RAG (top-k documents, then answer) baselines.
-- UR²'s summariser fallback message (App. D.3) and the hint shown after a
-  fallback (App. C.4), verbatim.
+- The hint shown after a UR² summariser fallback (App. C.4), verbatim.
+
+Documents are printed by ``advrag.common.types.format_docs`` (UR²'s summariser
+prints them the same way) and the summariser's fallback message is
+``advrag.retrieval.summary.SUMMARY_FALLBACK_MESSAGE``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from advrag.retrieval.base import Passage
+from advrag.common.types import Passage, format_docs
 
 SEARCH_R1_TEMPLATE = (
     "Answer the given question. Every time you get new information, first reason about it "
@@ -93,12 +96,6 @@ FORCE_ANSWER_HINT = (
     "\nNo more searches are allowed. I must now give the final answer between <answer> and "
     "</answer>.\n"
 )
-SUMMARY_FALLBACK_MESSAGE = (
-    "This query requires design, computation, or complex reasoning, which exceeds the "
-    "capabilities of a search engine. Please input another query or proceed with direct "
-    "reasoning."
-)
-"""UR² App. D.3: what the summariser answers for a query that asks for reasoning, not facts."""
 FALLBACK_HINT = (
     "It seems that this query exceeds the capabilities of the retrieval system. We may consider "
     "rephrasing it into a more fact-based and searchable question that does not require complex "
@@ -108,17 +105,6 @@ FALLBACK_HINT = (
 NO_FEEDBACK_TEXT = "The verifier gave no usable feedback."
 INFO_OPEN, INFO_CLOSE = "\n\n<information>", "</information>\n\n"
 FEEDBACK_OPEN, FEEDBACK_CLOSE = "\n\n<feedback>", "</feedback>\n\n"
-
-
-def format_doc(number: int, passage: Passage) -> str:
-    """Render one passage as ``Doc n(Title: t) text`` on a single line (whitespace collapsed)."""
-    title = " ".join(passage.title.split())
-    return f"Doc {number}(Title: {title}) {' '.join(passage.text.split())}"
-
-
-def format_docs(passages: Sequence[Passage]) -> str:
-    """Render passages as ``Doc i(Title: t) text`` lines, numbered from 1 in rank order."""
-    return "\n".join(format_doc(i, p) for i, p in enumerate(passages, start=1))
 
 
 def information_block(body: str) -> str:

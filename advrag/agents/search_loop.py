@@ -28,23 +28,25 @@ included. Text a generator produces after the action is kept in the trajectory
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from advrag.agents.baselines import extract_answer
 from advrag.agents.prompts import (
     FALLBACK_HINT,
     FORCE_ANSWER_HINT,
     INVALID_ACTION_HINT,
-    format_docs,
     information_block,
     search_r1_prompt,
 )
 from advrag.agents.protocol import parse_step
-from advrag.agents.types import TextGenerator, Trajectory, one_episode
-from advrag.retrieval.base import Passage, Retriever, search_by_item
-
-if TYPE_CHECKING:
-    from advrag.retrieval.summary import Summariser
+from advrag.agents.types import Trajectory, one_episode
+from advrag.common.types import (
+    Passage,
+    Retriever,
+    Summariser,
+    TextGenerator,
+    format_docs,
+    search_by_item,
+)
 
 ACTIONS = ("search", "answer")
 STOP = ("</search>", "</answer>")

@@ -1,4 +1,4 @@
-"""Shared episode types: who produced each piece of text, and the generator interface.
+"""Shared episode types: who produced each piece of text, and what an episode is.
 
 A trajectory is a list of segments. Each segment records its ``source`` so that
 the RL engine can build loss masks later: only ``"policy"`` text was sampled by
@@ -9,10 +9,12 @@ loss-mask 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
+
+from advrag.common.types import TextGenerator
 
 Source = Literal["prompt", "policy", "env", "peer"]
 
@@ -49,24 +51,6 @@ class Trajectory:
 
     def policy_text(self) -> str:
         return "".join(s.text for s in self.segments if s.source == "policy")
-
-
-class TextGenerator(Protocol):
-    """What the agents need from a language model.
-
-    ``chat_prompt`` renders a single user message (and optional system message)
-    with the model's chat template and the assistant generation prompt, so the
-    returned string can be extended with assistant text and generated from.
-    ``generate`` continues each prompt and stops *after* the first occurrence
-    of any stop string (the stop string is included in the returned text), at
-    EOS, or after ``max_new_tokens`` tokens.
-    """
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str: ...
-
-    def generate(
-        self, prompts: Sequence[str], *, max_new_tokens: int, stop: Sequence[str] = ()
-    ) -> list[str]: ...
 
 
 @contextmanager

@@ -41,9 +41,9 @@ from advrag.agents.arr import (
 )
 from advrag.agents.prompts import FEEDBACK_CLOSE, INFO_OPEN
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.curation.demonstrations import hop_query, relation_words
 from advrag.datasets.records import QARecord
-from advrag.retrieval.base import Retriever
 
 FINAL_PREDICTOR_MARK = "The rollout text of the reasoner and verifier is:"
 _DOC_LINE = re.compile(r"^Doc (\d+)\(Title: ")

@@ -29,15 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from advrag.agents.prompts import (
-    FORCE_ANSWER_HINT,
-    format_docs,
-    information_block,
-    search_r1_prompt,
-)
+from advrag.agents.prompts import FORCE_ANSWER_HINT, information_block, search_r1_prompt
 from advrag.agents.types import Trajectory
+from advrag.common.types import Passage, Retriever, format_docs
 from advrag.datasets.records import QARecord
-from advrag.retrieval.base import Passage, Retriever
 
 
 def relation_words(relation: str) -> str:

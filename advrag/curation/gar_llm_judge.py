@@ -16,7 +16,7 @@ slice dropped (the judge returns None for it), never raised —
 request failures ``timeout``, ``unreachable``, ``http_error``, ``bad_response``.
 
 Requests: identical prompts of one call are sent once, ``concurrency`` at a
-time, each limited to ``timeout_s`` (``advrag.engines.endpoint``); greedy.
+time, each limited to ``timeout_s`` (``advrag.common.endpoint``); greedy.
 Replies the server gave, well-formed or not, are cached in
 ``<cache_dir>/judgments.sqlite`` by the SHA-256 of (judge name, prompt version,
 token budget, prompt); failed requests are not, so a rerun asks again only
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advrag.common.endpoint import EndpointError, OpenAIChatGenerator
 from advrag.curation.demonstrations import relation_words
 from advrag.curation.gar_labels import (
     SliceJudge,
@@ -53,7 +54,6 @@ from advrag.curation.gar_labels import (
     grounded_judge,
     split_judgment,
 )
-from advrag.engines.endpoint import EndpointError, OpenAIChatGenerator
 
 if TYPE_CHECKING:
     from advrag.config.gar import JudgeSection

@@ -10,7 +10,7 @@ whose linear layers compute with fp16 weights through fbgemm (fp32 activations),
 which decodes faster than fp32 where the CPU has no native bf16 (README, "How
 fast"); else ``"hf"``.
 
-All implement ``advrag.agents.types.TextGenerator``; ``hf`` and ``vllm`` give
+All implement ``advrag.common.types.TextGenerator``; ``hf`` and ``vllm`` give
 identical greedy output on the same weights, ``hf-fp16`` samples weights
 rounded to fp16 (log-probabilities within 0.05 of fp32's on SmolLM2: README,
 "How fast"). ``hf`` and ``vllm`` sample in the dtype the policy computes in: bf16 when the
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from advrag.agents.types import TextGenerator
+from advrag.common.types import TextGenerator
 from advrag.engines.local.generation import (
     HFGenerator,
     SnapshotGenerator,

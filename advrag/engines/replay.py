@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from advrag.agents.types import TextGenerator, one_episode
+from advrag.agents.types import one_episode
+from advrag.common.types import TextGenerator
 from advrag.engines.local.decoding import decode
 from advrag.engines.local.generation import HFGenerator, padding_id
 

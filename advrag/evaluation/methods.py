@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from advrag.agents.arr import render_dialogue, run_arr_dialogue
 from advrag.agents.baselines import answer_cot, answer_naive_rag
 from advrag.agents.search_loop import run_search_agent
-from advrag.agents.types import TextGenerator
+from advrag.common.types import TextGenerator
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 from advrag.config import RLRunConfig, config_hash
 from advrag.datasets.records import QARecord
-from advrag.retrieval.base import Retriever
 
 UPSTREAM_STAGES = ("curation", "discriminator_sft")
 """Stages a recipe may need before its RL (``Recipe.upstream``), in the order they run."""

@@ -1,4 +1,4 @@
-"""Retrievers implementing :class:`advrag.retrieval.base.Retriever`: dense, BM25 and HTTP.
+"""Retrievers implementing :class:`advrag.common.types.Retriever`: dense, BM25 and HTTP.
 
 All three return, per query, ``min(k, corpus size)`` passages best first with
 float scores (inner product of normalised embeddings for dense, BM25 score for
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from advrag.common.types import Passage, Retriever
 from advrag.retrieval._files import PASSAGES_FILE, iter_corpus
-from advrag.retrieval.base import Passage, Retriever
 from advrag.retrieval.bm25 import BM25Index
 from advrag.retrieval.embedding import Embedder
 from advrag.retrieval.index import DenseIndex, load_index, read_meta

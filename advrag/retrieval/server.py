@@ -22,7 +22,10 @@ Hugging Face tokenizer inside the embedder is not safe to share across threads).
 
 Run: ``advrag serve-retriever --index-dir processed/index --port 8000`` or
 ``python -m advrag.retrieval.server --index-dir processed/index --port 8000``
-(add ``--summarise [--summary-endpoint http://host:port] ...`` to summarise).
+(add ``--summarise [--summary-endpoint http://host:port] ...`` to summarise; a
+local summariser model, no endpoint, only through ``advrag serve-retriever``:
+retrieval imports neither ``models`` nor ``engines``, so the command hands the
+loader in).
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from advrag.retrieval.base import Passage, Retriever
+from advrag.common.types import Passage, Retriever
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from advrag.common.types import Summary
     from advrag.config.flows import SummaryConfig
-    from advrag.retrieval.summary import Summariser, Summary
+    from advrag.retrieval.summary import LLMSummariser, ModelLoader
 
 DEFAULT_TOPK = 3
 
@@ -68,7 +72,7 @@ def _summarised(hits: list[Passage], summary: Summary) -> list[Passage]:
 
 
 def create_app(
-    retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: Summariser | None = None
+    retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: LLMSummariser | None = None
 ) -> FastAPI:
     """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``, ``/health``."""
     from fastapi import FastAPI
@@ -107,10 +111,13 @@ def serve(
     kind: str = "dense",
     default_topk: int = DEFAULT_TOPK,
     summary: SummaryConfig | None = None,
+    load_model: ModelLoader | None = None,
 ) -> None:
     """Load the retriever in ``index_dir`` and serve it with uvicorn until interrupted.
 
-    ``summary``: UR²'s summariser settings (None or ``summarise: false`` = raw documents).
+    ``summary``: UR²'s summariser settings (None or ``summarise: false`` = raw documents);
+    ``load_model``: how a local summariser model is loaded (``make_summariser``; the
+    ``advrag serve-retriever`` command passes UR²'s, ``main`` none: endpoints only).
 
     Sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set) before torch/faiss start their
     OpenMP pools: on a few cores shared with a trainer, spinning idle threads made
@@ -122,7 +129,7 @@ def serve(
     from advrag.retrieval.retriever import load_retriever
     from advrag.retrieval.summary import make_summariser
 
-    summariser = make_summariser(summary) if summary is not None else None
+    summariser = make_summariser(summary, load_model=load_model) if summary is not None else None
     app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
                      summariser=summariser)
     uvicorn.run(app, host=host, port=port, log_level="info")
@@ -162,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     _add_summary_options(parser)
     args = parser.parse_args(argv)
+    if args.summarise and args.summary_endpoint is None:
+        parser.error("--summarise without --summary-endpoint loads a local model, which this "
+                     "module does not: run `advrag serve-retriever` (same options)")
     options = {name: getattr(args, f"summary_{name}") for name in SUMMARY_OPTIONS}
     serve(args.index_dir, host=args.host, port=args.port, kind=args.kind, default_topk=args.topk,
           summary=summary_config(args.summarise, **options))

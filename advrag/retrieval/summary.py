@@ -1,6 +1,6 @@
 """UR²'s LLM-summarised retrieval (§3.1.1, App. C.4, D.3): top-k documents → a concise summary.
 
-A ``Summariser`` answers each (query, passages) pair with one ``Summary``:
+An ``LLMSummariser`` answers each (query, passages) pair with one ``Summary``:
 - ``"summary"``: the text after the output's "Final Information" label;
 - ``"fallback"``: the summariser judged that the query asks for computation or
   reasoning rather than facts; the text is ``SUMMARY_FALLBACK_MESSAGE`` exactly,
@@ -23,7 +23,7 @@ How this departs from the paper:
   only on (query, passages), so rollouts that issue the same query share it;
 - the paper's summariser is GPT-4.1; ours is any ``TextGenerator``: the
   policy's base by default, or an OpenAI-compatible server
-  (``advrag.engines.endpoint.OpenAIChatGenerator``);
+  (``advrag.common.endpoint.OpenAIChatGenerator``);
 - the paper does not say what happens when the summariser fails; we show the
   raw documents and count it (``raw_fallbacks``).
 """
@@ -34,19 +34,24 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from advrag.agents.prompts import SUMMARY_FALLBACK_MESSAGE, format_docs
-from advrag.agents.types import TextGenerator
-from advrag.engines.endpoint import OpenAIChatGenerator
-from advrag.retrieval.base import Passage
+from advrag.common.endpoint import OpenAIChatGenerator
+from advrag.common.types import Passage, Summary, TextGenerator, format_docs
 
 if TYPE_CHECKING:
     from advrag.config.flows import SummaryConfig
+
+SUMMARY_FALLBACK_MESSAGE = (
+    "This query requires design, computation, or complex reasoning, which exceeds the "
+    "capabilities of a search engine. Please input another query or proceed with direct "
+    "reasoning."
+)
+"""UR² App. D.3: what the summariser answers for a query that asks for reasoning, not facts."""
 
 PROMPT_VERSION = "ur2-d3-v1"
 """Part of every cache key: bump it when ``SUMMARY_TEMPLATE`` changes."""
@@ -78,17 +83,6 @@ LABEL = re.compile(r"^[ \t#>*-]*final\s+information(?::\*\*|\*\*:?|:)?",
                    re.IGNORECASE | re.MULTILINE)
 """The label at the start of a line (markdown bold, heading or a colon around it allowed)."""
 CACHE_FILE = "summaries.sqlite"
-
-Kind = Literal["summary", "fallback", "raw"]
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What the agent is shown for one search, and which outcome produced it."""
-
-    text: str
-    kind: Kind
-
 
 @dataclass
 class SummaryStats:
@@ -186,8 +180,10 @@ class SummaryCache:
             )
 
 
-class Summariser:
+class LLMSummariser:
     """Batched, cached (query, passages) → ``Summary`` through one ``TextGenerator``.
+
+    An ``advrag.common.types.Summariser``, which is all the agents know of it.
 
     ``name`` identifies the model in cache keys (a model spec, or endpoint and
     model); ``cache_dir`` None keeps nothing on disk. Not thread-safe: callers
@@ -243,22 +239,29 @@ class Summariser:
         stats.raw_fallbacks += sum(s.kind == "raw" for s in results)
 
 
-def _local_generator(spec: str) -> TextGenerator:
-    """Greedy transformers generation from the model ``spec`` names (loaded here, on CPU)."""
-    from advrag.engines.local.generation import HFGenerator
-    from advrag.models.loading import load_policy
+ModelLoader = Callable[[str], TextGenerator]
+"""A model spec → greedy generation from that model: how the caller hands the summariser a
+local model (this module imports neither ``models`` nor ``engines``). The UR² recipe's
+``load_summary_model`` is the one the project passes."""
 
-    policy = load_policy(spec)
-    return HFGenerator(policy.model, policy.tokenizer)
+
+def _load_local(load_model: ModelLoader | None, spec: str) -> TextGenerator:
+    """The local model ``spec`` through the caller's ``load_model``."""
+    if load_model is None:
+        raise ValueError(f"make_summariser: summarising with the local model {spec!r} needs "
+                         "load_model (a model spec → TextGenerator), or set an endpoint.")
+    return load_model(spec)
 
 
 def make_summariser(config: SummaryConfig, local_generator: TextGenerator | None = None,
-                    local_name: str | None = None) -> Summariser | None:
+                    local_name: str | None = None, *,
+                    load_model: ModelLoader | None = None) -> LLMSummariser | None:
     """The summariser ``config`` describes, or None when ``summarise`` is false.
 
     Which model: ``endpoint`` → that server; else ``model`` → that spec, loaded
-    here; else ``local_generator`` (the policy's base, which must stay frozen:
-    its summaries are cached under ``local_name``, its model spec); else smollm2.
+    by ``load_model``; else ``local_generator`` (the policy's base, which must stay
+    frozen: its summaries are cached under ``local_name``, its model spec); else
+    smollm2, loaded by ``load_model``.
     """
     if not config.summarise:
         return None
@@ -267,11 +270,11 @@ def make_summariser(config: SummaryConfig, local_generator: TextGenerator | None
         name = f"{generator.base}#{generator.model}"
     elif config.model is not None or local_generator is None:
         name = config.model or "smollm2"
-        generator = _local_generator(name)
+        generator = _load_local(load_model, name)
     elif local_name is None:
         raise ValueError("make_summariser: pass local_name (the local generator's model spec); "
                          "it keys the cached summaries.")
     else:
         generator, name = local_generator, local_name
-    return Summariser(generator, name, max_new_tokens=config.max_new_tokens,
-                      cache_dir=config.cache_dir)
+    return LLMSummariser(generator, name, max_new_tokens=config.max_new_tokens,
+                         cache_dir=config.cache_dir)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from advrag.common.types import Passage
 from advrag.datasets.records import QARecord, read_jsonl
 from advrag.engines.local.checkpoint import latest_checkpoint
 from advrag.engines.local.generation import HFGenerator
@@ -29,7 +30,6 @@ from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, seed_everything
 from advrag.models.loading import load_policy
 from advrag.recipes.grpo.step import grpo_step
-from advrag.retrieval.base import Passage
 
 CONFIG = TrainConfig(
     lr=1e-2,

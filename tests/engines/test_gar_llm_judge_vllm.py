@@ -27,6 +27,7 @@ from random import Random
 import pytest
 from small_worlds import bm25_world
 
+from advrag.common.endpoint import OpenAIChatGenerator
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.curation.gar_data import corrupted_copy, substitutes
 from advrag.curation.gar_labels import SliceLabel, slice_queries, world_lexicon
@@ -38,7 +39,6 @@ from advrag.curation.gar_llm_judge import (
     judge_prompt,
     parse_judgment,
 )
-from advrag.engines.endpoint import OpenAIChatGenerator
 
 pytestmark = [
     pytest.mark.slow,

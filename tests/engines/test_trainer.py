@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Passage
 from advrag.datasets.records import QARecord
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, UpdateInputs, lr_multiplier
 from advrag.models.loading import load_policy
 from advrag.recipes.grpo.step import grpo_step
-from advrag.retrieval.base import Passage
 
 CONFIG = {
     "lr": 1e-2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from advrag.retrieval.base import Passage
+from advrag.common.types import Passage
 
 
 def cut_after_stop(text: str, stop: Sequence[str]) -> str:

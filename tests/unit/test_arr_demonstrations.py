@@ -7,12 +7,12 @@ from fakes import KeywordRetriever, ScriptedGenerator
 from advrag.agents.arr import run_arr_dialogue
 from advrag.agents.arr_scoring import score_dialogue, split_actions
 from advrag.agents.prompts import FORCE_ANSWER_HINT
+from advrag.common.types import Passage
 from advrag.curation.arr_demonstrations import (
     build_arr_demonstrations,
     demonstration_trajectories,
 )
 from advrag.datasets.records import QARecord
-from advrag.retrieval.base import Passage
 
 CORPUS = [
     Passage("p1", "Leissti Naperkram\nLeissti Naperkram is married to Kaheth Droube."),

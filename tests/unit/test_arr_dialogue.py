@@ -18,8 +18,8 @@ from advrag.agents.prompts import (
     arr_final_predictor_prompt,
     arr_reasoner_prompt,
     arr_verifier_prompt,
-    format_doc,
 )
+from advrag.common.types import format_doc
 
 HAMLET, FRANCE, PYTHON = (
     "Who wrote Hamlet?",

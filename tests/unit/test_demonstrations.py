@@ -7,9 +7,9 @@ from fakes import KeywordRetriever, ScriptedGenerator
 
 from advrag.agents.protocol import parse_step
 from advrag.agents.search_loop import run_search_agent
+from advrag.common.types import Passage
 from advrag.curation.demonstrations import build_demonstrations, demonstration, hop_query
 from advrag.datasets.records import QARecord
-from advrag.retrieval.base import Passage
 
 CORPUS = [
     Passage("a", "Ada Vell\nAda Vell is married to Bo Rask. Ada Vell was born in Tarn."),

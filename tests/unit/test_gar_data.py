@@ -9,6 +9,7 @@ import pytest
 
 from advrag.agents.prompts import search_r1_prompt
 from advrag.agents.types import Trajectory
+from advrag.common.types import Passage
 from advrag.curation.demonstrations import demonstration
 from advrag.curation.gar_data import (
     build_slice_set,
@@ -25,7 +26,6 @@ from advrag.curation.gar_labels import WorldLexicon, grounded_judge, sft_target,
 from advrag.curation.gates import validate_slice_file
 from advrag.datasets.records import QARecord
 from advrag.datasets.world import WorldConfig, generate_world, write_world
-from advrag.retrieval.base import Passage
 
 LEXICON = WorldLexicon({
     **{n: (n, "person") for n in ("Ada Vell", "Bo Rask", "Cy Moor", "Di Lund")},

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from advrag.common.fileio import atomic_dir
-from advrag.retrieval.base import Passage
+from advrag.common.types import Passage
 from advrag.retrieval.bm25 import BM25Index, build_bm25_dir, tokenize
 from advrag.retrieval.chunking import chunk_corpus_file, chunk_passage, window_starts
 from advrag.retrieval.embedding import (

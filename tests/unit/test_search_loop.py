@@ -9,13 +9,12 @@ from advrag.agents.prompts import (
     FALLBACK_HINT,
     FORCE_ANSWER_HINT,
     INVALID_ACTION_HINT,
-    SUMMARY_FALLBACK_MESSAGE,
-    format_docs,
     information_block,
     search_r1_prompt,
 )
 from advrag.agents.search_loop import STOP, run_search_agent
-from advrag.retrieval.summary import Summariser
+from advrag.common.types import format_docs
+from advrag.retrieval.summary import SUMMARY_FALLBACK_MESSAGE, LLMSummariser
 
 HAMLET, FRANCE, PYTHON = (
     "Who wrote Hamlet?",
@@ -159,8 +158,8 @@ MATH = "What is 17 times 23?"
 SUMMARY_OUT = "**Final Information**\nHamlet was written by William Shakespeare."
 
 
-def _fallback_summariser() -> Summariser:
-    return Summariser(ScriptedGenerator({"Query: compute": SUMMARY_FALLBACK_MESSAGE}), "fake")
+def _fallback_summariser() -> LLMSummariser:
+    return LLMSummariser(ScriptedGenerator({"Query: compute": SUMMARY_FALLBACK_MESSAGE}), "fake")
 
 
 def test_fallback_shows_the_message_then_the_hint_and_is_counted():
@@ -206,7 +205,7 @@ def test_summary_and_raw_documents_share_one_summariser_call():
         }
     )
     summariser_model = ScriptedGenerator({"Query: Hamlet author": SUMMARY_OUT}, default="")
-    summariser = Summariser(summariser_model, "fake")
+    summariser = LLMSummariser(summariser_model, "fake")
     hamlet, france = run_search_agent(
         [HAMLET, FRANCE], policy, KeywordRetriever(CORPUS), topk=2, summariser=summariser
     )

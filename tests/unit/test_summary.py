@@ -12,13 +12,15 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from stand_in_http import QuietHandler, running_server
 
-from advrag.agents.prompts import SUMMARY_FALLBACK_MESSAGE, format_docs
+from advrag.common.endpoint import EndpointUnavailableError, OpenAIChatGenerator
+from advrag.common.types import Summary, format_docs
 from advrag.config.flows import SummaryConfig
-from advrag.engines.endpoint import EndpointUnavailableError, OpenAIChatGenerator
+from advrag.recipes.ur2.recipe import load_summary_model
 from advrag.retrieval.server import create_app, summary_config
+from advrag.retrieval.server import main as server_main
 from advrag.retrieval.summary import (
-    Summariser,
-    Summary,
+    SUMMARY_FALLBACK_MESSAGE,
+    LLMSummariser,
     make_summariser,
     parse_summary,
     summary_prompt,
@@ -102,7 +104,7 @@ def _scripted() -> ScriptedGenerator:
 
 def test_one_generate_call_per_batch_and_outcomes_counted():
     gen = _scripted()
-    summariser = Summariser(gen, "fake", max_new_tokens=32)
+    summariser = LLMSummariser(gen, "fake", max_new_tokens=32)
     requests = [
         ("Who wrote Hamlet?", HAMLET),
         ("Compute 17 * 23", PARIS),
@@ -129,19 +131,19 @@ def test_one_generate_call_per_batch_and_outcomes_counted():
 
 def test_empty_batch_makes_no_call():
     gen = _scripted()
-    assert Summariser(gen, "fake").summarise([]) == []
+    assert LLMSummariser(gen, "fake").summarise([]) == []
     assert gen.calls == []
 
 
 def test_cache_serves_summaries_and_fallbacks_but_retries_raw(tmp_path):
     requests = [("Who wrote Hamlet?", HAMLET), ("Compute 17 * 23", PARIS),
                 ("capital of France", PARIS)]
-    first = Summariser(_scripted(), "fake", cache_dir=tmp_path)
+    first = LLMSummariser(_scripted(), "fake", cache_dir=tmp_path)
     expected = first.summarise(requests)
 
     # a fresh summariser (another process) on the same directory
     gen = _scripted()
-    second = Summariser(gen, "fake", cache_dir=tmp_path)
+    second = LLMSummariser(gen, "fake", cache_dir=tmp_path)
     assert second.summarise(requests) == expected
     assert gen.batch_sizes == [1]  # only the raw one is asked again
     assert gen.calls[0][0].count("Query: capital of France") == 1
@@ -150,24 +152,24 @@ def test_cache_serves_summaries_and_fallbacks_but_retries_raw(tmp_path):
 
 
 def test_cache_key_covers_query_passage_ids_and_summariser(tmp_path):
-    base = Summariser(_scripted(), "model-a", cache_dir=tmp_path)
+    base = LLMSummariser(_scripted(), "model-a", cache_dir=tmp_path)
     key = base.key("Who wrote Hamlet?", HAMLET)
     assert key == base.key("Who wrote Hamlet?", HAMLET)
     assert key != base.key("Who wrote Hamlet ?", HAMLET)
     assert key != base.key("Who wrote Hamlet?", PARIS)
-    assert key != Summariser(_scripted(), "model-b").key("Who wrote Hamlet?", HAMLET)
-    assert key != Summariser(_scripted(), "model-a", max_new_tokens=8).key(
+    assert key != LLMSummariser(_scripted(), "model-b").key("Who wrote Hamlet?", HAMLET)
+    assert key != LLMSummariser(_scripted(), "model-a", max_new_tokens=8).key(
         "Who wrote Hamlet?", HAMLET)
 
     base.summarise([("Who wrote Hamlet?", HAMLET)])
-    other = Summariser(gen := _scripted(), "model-b", cache_dir=tmp_path)
+    other = LLMSummariser(gen := _scripted(), "model-b", cache_dir=tmp_path)
     other.summarise([("Who wrote Hamlet?", HAMLET)])
     assert gen.batch_sizes == [1]  # another summariser's entry is not reused
 
 
 def test_no_cache_dir_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    Summariser(_scripted(), "fake").summarise([("Who wrote Hamlet?", HAMLET)])
+    LLMSummariser(_scripted(), "fake").summarise([("Who wrote Hamlet?", HAMLET)])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -192,10 +194,27 @@ def test_make_summariser_loads_a_local_model_spec(tiny_policy_dir, tmp_path):
     """A real (tiny, random) model: its output is not a summary, so the raw documents come back."""
     config = SummaryConfig(summarise=True, model=str(tiny_policy_dir), max_new_tokens=8,
                            cache_dir=tmp_path)
-    summariser = make_summariser(config)
+    summariser = make_summariser(config, load_model=load_summary_model)
     (result,) = summariser.summarise([("Who wrote Hamlet?", HAMLET)])
     assert result == Summary(format_docs(HAMLET), "raw")
     assert summariser.stats.raw_fallbacks == 1
+
+
+def test_make_summariser_is_handed_the_local_model_loader(tmp_path):
+    """The spec goes to the caller's loader (smollm2 when none is named); no loader, no model."""
+    gen, asked = _scripted(), []
+    config = SummaryConfig(summarise=True, cache_dir=tmp_path)
+    summariser = make_summariser(config, load_model=lambda spec: asked.append(spec) or gen)
+    assert (asked, summariser.generator, summariser.name) == (["smollm2"], gen, "smollm2")
+    with pytest.raises(ValueError, match="'tiny' needs load_model"):
+        make_summariser(SummaryConfig(summarise=True, model="tiny"))
+
+
+def test_server_module_command_line_needs_an_endpoint_to_summarise(capsys):
+    with pytest.raises(SystemExit) as info:
+        server_main(["--index-dir", "unused", "--summarise"])
+    assert info.value.code == 2
+    assert "advrag serve-retriever" in capsys.readouterr().err
 
 
 def test_summary_config_from_command_line_values():
@@ -262,7 +281,7 @@ def test_openai_generator_lists_the_model_and_completes(endpoint):
 
 def test_timeout_gives_raw_documents_and_is_counted(endpoint):
     gen = OpenAIChatGenerator(_url(endpoint), "tiny-summariser", timeout_s=0.5)
-    summariser = Summariser(gen, "endpoint")
+    summariser = LLMSummariser(gen, "endpoint")
     results = summariser.summarise([("SLOW query", PARIS), ("Who wrote Hamlet?", HAMLET),
                                     ("Compute 17 * 23", PARIS)])
     assert results == [
@@ -294,7 +313,7 @@ def test_unreachable_endpoint_names_the_url():
 
 
 def test_server_serves_summaries_in_search_r1_shape():
-    summariser = Summariser(_scripted(), "fake")
+    summariser = LLMSummariser(_scripted(), "fake")
     client = TestClient(create_app(KeywordRetriever(CORPUS), default_topk=1,
                                    summariser=summariser))
     queries = ["Who wrote Hamlet?", "Compute 17 * 23", "capital of France"]

@@ -31,8 +31,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from advrag.agents.types import TextGenerator
 from advrag.common.fileio import atomic_dir
+from advrag.common.types import TextGenerator
 from advrag.engines.generators import make_generator
 from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
 from advrag.engines.local.policy import (

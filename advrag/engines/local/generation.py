@@ -1,6 +1,6 @@
 """Batched text generation with a transformers causal LM (the default back-end).
 
-Implements ``advrag.agents.types.TextGenerator``: prompts are generated together
+Implements ``advrag.common.types.TextGenerator``: prompts are generated together
 in micro-batches by ``decoding.decode`` (their shared prefix prefilled once,
 each row leaving the batch when it stops, a prompt that continues an earlier
 call's sequence prefilled only past it); each continuation is cut right after

@@ -44,7 +44,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import Trajectory
+from advrag.common.types import TextGenerator
 from advrag.config.base import config_hash
 from advrag.config.engine import TrainConfig
 from advrag.core.advantages import ADVANTAGE_ESTIMATORS, GroupIds

@@ -1,6 +1,6 @@
 """Batched generation from a running vLLM engine, with in-place weight updates for RL.
 
-Implements ``advrag.agents.types.TextGenerator`` with the semantics of the
+Implements ``advrag.common.types.TextGenerator`` with the semantics of the
 transformers back-end (``advrag.engines.local.generation.HFGenerator``), so the
 agents cannot tell the two apart:
 - prompts are tokenised by the policy's tokenizer exactly as ``HFGenerator``

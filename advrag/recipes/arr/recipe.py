@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.config import TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.arr.config import ArrConfig
 from advrag.recipes.base import Recipe, update_compiled
-from advrag.retrieval.base import Retriever
 
 
 def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:

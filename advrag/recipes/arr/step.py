@@ -64,7 +64,8 @@ from advrag.agents.arr_scoring import (
     split_actions,
     verifier_turn_docs,
 )
-from advrag.agents.types import TextGenerator, one_episode
+from advrag.agents.types import one_episode
+from advrag.common.types import Retriever, TextGenerator
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
 from advrag.core.arr_process import ProcessAdvantage
@@ -75,7 +76,6 @@ from advrag.datasets.records import QARecord
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.arr.config import ArrConfig
-from advrag.retrieval.base import Retriever
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from functools import partial
 from pathlib import Path
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.config import TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, update_compiled
 from advrag.recipes.gar.config import GarConfig
-from advrag.retrieval.base import Retriever
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
 _RATIONALE_RE = re.compile(r"rationale\s*[:\-]\s*(.*)", re.IGNORECASE | re.DOTALL)

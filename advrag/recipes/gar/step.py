@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 from advrag.core.gar_rewards import alignment_reward, discriminator_reward, reasoner_reward
 from advrag.core.rewards import ANSWER_METRICS
 from advrag.curation.gar_labels import discriminator_prompt
@@ -40,7 +41,6 @@ from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.gar.config import GarConfig
 from advrag.recipes.grpo.step import rollout, rollout_metrics
-from advrag.retrieval.base import Retriever
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever
 from advrag.core.rewards import answer_reward
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, trainable_policy
 from advrag.recipes.grpo.config import GrpoConfig
-from advrag.retrieval.base import Retriever
 
 
 class GrpoRecipe(Recipe):

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from advrag.agents.search_loop import run_search_agent
-from advrag.agents.types import TextGenerator, Trajectory
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
 from advrag.core.advantages import informative_group_fraction
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
-from advrag.retrieval.base import Retriever
 
 RewardFn = Callable[[Trajectory, QARecord], float]
 Agent = Callable[[Sequence[QARecord]], list[Trajectory]]

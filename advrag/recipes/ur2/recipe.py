@@ -31,13 +31,13 @@ from collections.abc import Sequence
 
 from advrag.agents.types import Trajectory
 from advrag.agents.ur2_scoring import ur2_counts
+from advrag.common.types import Retriever, TextGenerator
 from advrag.core.rewards import ANSWER_METRICS, ur2_reward
 from advrag.curation.mixing import needs_search
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
 from advrag.recipes.grpo.recipe import GrpoRecipe
 from advrag.recipes.ur2.config import UR2Config
-from advrag.retrieval.base import Retriever
 
 
 class UR2Recipe(GrpoRecipe):
@@ -59,7 +59,7 @@ class UR2Recipe(GrpoRecipe):
         from advrag.retrieval.summary import make_summariser
 
         super().build(start_model)
-        self.summariser = make_summariser(self.config.summary)
+        self.summariser = make_summariser(self.config.summary, load_model=load_summary_model)
 
     def upstream(self) -> tuple[str, ...]:
         """Curation with the start policy, unless the config trains on uncurated questions."""
@@ -150,3 +150,13 @@ def mixed_questions(config: UR2Config) -> list[QARecord]:
     reasoning = load_qa(config.world_dir / "reasoning_train.jsonl")
     wanted = round(len(records) / (1.0 - share)) if share < 1 else len(reasoning)
     return mix_tasks(records, reasoning, share, wanted, config.optim.seed)
+
+
+def load_summary_model(spec: str) -> TextGenerator:
+    """Greedy transformers generation from the model ``spec`` names: the summariser's local
+    model, handed to ``retrieval.summary`` (which imports neither models nor engines)."""
+    from advrag.engines.local.generation import HFGenerator
+    from advrag.models.loading import load_policy
+
+    policy = load_policy(spec)
+    return HFGenerator(policy.model, policy.tokenizer)
