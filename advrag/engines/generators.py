@@ -102,9 +102,10 @@ VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "enfo
 pick either, so a caller can pass them either way)."""
 
 # compile_rollout: auto runs vLLM engines compiled for a run that samples at least this many
-# rollouts, about three times the break-even of `bench/bench_rollout_compile_payback.py` with
-# empty caches on the AVX512-BF16 CPU (56 s of compile against 55 ms saved a Search-R1 rollout
-# of ~145 tokens: 1,019 rollouts; README, "How fast").
+# rollouts, about three times the break-even of
+# `bench/rollouts/bench_rollout_compile_payback.py` with empty caches on the AVX512-BF16 CPU
+# (56 s of compile against 55 ms saved a Search-R1 rollout of ~145 tokens: 1,019 rollouts;
+# docs/performance.md).
 AUTO_COMPILE_MIN_ROLLOUTS = 3000
 
 
