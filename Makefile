@@ -19,9 +19,10 @@ export HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1
 export HF_HOME=$(CURDIR)/.cache/hf
 export TOKENIZERS_PARALLELISM=false
+export NO_MKDOCS_2_WARNING=1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install vllm demo test bench ui lint clean
+.PHONY: install vllm demo test docs bench ui lint clean
 
 # pip compiles every installed module to bytecode on one core; COMPILE does it with compileall on
 # every core (the install into a new venv here: 183 s with pip compiling, 69 s + 39 s this way).
@@ -71,14 +72,23 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 demo: install
 	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
 
+# The docs site is built first (--strict, into site/): a broken link or a results table that cannot
+# be generated fails the tests.
 test: install vllm
+	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q tests
+
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; its
+# performance and learning tables are generated from bench/results/*.json at each build.
+docs: install
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 lint: install
 	$(VENV)/bin/ruff check advrag models tasks flows tests bench
 
 # The benchmarks, by the question each answers (bench/<question>/; docs/performance.md). Each
-# builds the offline world and its index first where they are missing (bench/inputs.py).
+# builds the offline world and its index first where they are missing (bench/inputs.py). The last
+# line rebuilds the docs, whose tables are generated from the results just written.
 bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/retrieval/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/rollouts/bench_generation.py
@@ -101,6 +111,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/steps/bench_cost_growth.py
 	$(PY) bench/jobs/bench_demo.py
 	$(PY) bench/learning/bench_ur2.py
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install
