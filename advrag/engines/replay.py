@@ -5,7 +5,7 @@ wraps a rollout generator and keeps, per call, the prompts, the number of tokens
 each completion got, and the seconds the call took. ``replay`` then makes the
 same engine generate exactly those completion lengths for exactly those
 prompts, with nothing of the loop around it: no stop strings, no parsing, no
-retrieval, no re-rendered contexts (``bench/bench_rollout_replay.py``). The
+retrieval, no re-rendered contexts (``bench/rollouts/bench_rollout_replay.py``). The
 loop's tokens/s over the replay's is the share of the engine's speed the loop
 keeps.
 

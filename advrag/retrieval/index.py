@@ -20,7 +20,7 @@ loading an index moves it to 800·threads, the thread-aware rule proposed upstre
 (faiss PR #5109). On oversubscribed machines export ``OMP_WAIT_POLICY=PASSIVE``:
 spinning OpenMP threads starved the BLAS threads there (160 vs 1 000 queries/s).
 Otherwise libgomp's default (a short spin, then sleep) searched as fast as PASSIVE
-(1 681 vs 1 700 queries/s, 100k×384 flat; README, "How fast"); the trainer runs
+(1 681 vs 1 700 queries/s, 100k×384 flat; docs/performance.md); the trainer runs
 with it, the retrieval server with PASSIVE.
 """
 

@@ -41,7 +41,7 @@ def test_gar_gives_both_agents_the_choice_and_an_explicit_false_stays_quiet(
 
 def test_auto_compiles_a_run_that_samples_on_vllm_too(tiny_policy_dir, cxx_compiler, capsys):
     """Beside an in-process vLLM engine the compiled update measured faster than eager
-    (README "Training"), so the rollout back-end does not change the choice."""
+    (docs/experiments.md), so the rollout back-end does not change the choice."""
     model = load_policy(str(tiny_policy_dir)).model
     on_vllm = GrpoConfig(model=str(tiny_policy_dir), rollout_backend="vllm")
     assert update_compiled(on_vllm, [model], AUTO_COMPILE_MIN_SEQUENCES)

@@ -16,7 +16,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 @pytest.fixture
 def bench_trl(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_trl_bounds", BENCH / "bench_trl.py")
+    spec = importlib.util.spec_from_file_location("bench_trl_bounds",
+                                                  BENCH / "steps" / "bench_trl.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,5 @@
-"""Every benchmark script in ``bench/`` still imports against the package.
+"""Every benchmark script under ``bench/`` still imports against the package, and what they
+share (``reporting``, ``inputs``) does what they rely on.
 
 Benchmarks run outside ``make test``, so a renamed or moved helper breaks them
 silently (``bench_retrieval.py`` once imported ``atomic_file`` from where it
@@ -14,18 +15,28 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-SCRIPTS = sorted(BENCH.glob("bench_*.py"))
+SCRIPTS = sorted(BENCH.glob("*/bench_*.py"))
 
 
-def test_the_benchmarks_are_found():
-    """The glob sees the benchmark folder (an empty list would pass every case below)."""
+def on_path(monkeypatch, folder: str) -> None:
+    """``bench/`` (the shared modules) and ``bench/<folder>`` (a script's siblings) importable,
+    as when a script runs; monkeypatch restores ``sys.path`` after the test."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / folder))
+
+
+def test_the_benchmarks_are_found_by_question():
+    """The glob sees the benchmark folders (an empty list would pass every case below), and
+    no script lies loose in ``bench/`` beside them."""
     assert len(SCRIPTS) >= 20
+    assert len({script.parent.name for script in SCRIPTS}) >= 5
+    assert not list(BENCH.glob("bench_*.py"))
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_benchmark_script_imports(script: Path, monkeypatch):
     """Loading the script as a module raises nothing (its ``main`` is not called)."""
-    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import ``reporting`` as a sibling
+    on_path(monkeypatch, script.parent.name)
     spec = importlib.util.spec_from_file_location(f"bench_check_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -35,7 +46,7 @@ def test_benchmark_script_imports(script: Path, monkeypatch):
 def test_a_report_names_the_cpu_by_its_first_processor(tmp_path, monkeypatch):
     """The model name and the kernel-picking extensions come from the first processor's entry,
     in a fixed order, other flags left out; without /proc/cpuinfo the CPU is unknown."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "steps")
     from reporting import cpu_description
 
     cpuinfo = tmp_path / "cpuinfo"
@@ -49,7 +60,7 @@ def test_a_report_names_the_cpu_by_its_first_processor(tmp_path, monkeypatch):
 def test_compile_payback_from_hand_timings(monkeypatch):
     """Cost = first compiled update − first eager one; saving = difference of the later
     updates' medians over the batch; break-even = cost / saving."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "updates")
     from bench_compile_payback import payback
 
     result = payback([20.0, 16.0, 18.0, 17.0], [52.0, 12.0, 13.0, 12.0], batch_size=8)
@@ -63,7 +74,7 @@ def test_compile_payback_from_hand_timings(monkeypatch):
 def test_allocator_children_differ_only_in_what_is_preloaded(monkeypatch):
     """One child preloads tcmalloc alone, the other nothing; $ADVRAG_ALLOCATOR cannot re-choose,
     and the rest of the environment is the parent's."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "runtime")
     from bench_allocator import allocator_envs
 
     monkeypatch.setenv("LD_PRELOAD", "libother.so")
@@ -79,7 +90,7 @@ def test_allocator_children_differ_only_in_what_is_preloaded(monkeypatch):
 
 def test_the_demo_report_names_the_allocator_its_advrag_process_runs_on(monkeypatch):
     """tcmalloc when installed (auto) or already preloaded; the system's when asked or absent."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "jobs")
     import bench_demo
 
     import advrag.common.allocator as allocator
@@ -100,7 +111,7 @@ def test_the_demo_report_names_the_allocator_its_advrag_process_runs_on(monkeypa
 
 def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkeypatch):
     """Ways before ``+ fused LoRA`` run peft's own forward, that way and later the fused one."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "updates")
     from bench_update import WAYS, lora_forwards, use_fused_lora
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -126,7 +137,7 @@ def test_the_update_benchmark_switches_lora_layers_between_peft_and_fused(monkey
 def test_rollout_compile_payback_from_hand_timings(monkeypatch):
     """Cost = (start + first round) compiled − eager's; saving = difference of the later
     rounds' medians over the rollouts a round; break-even = cost / saving."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    on_path(monkeypatch, "rollouts")
     from bench_rollout_compile_payback import payback
 
     eager = {"start_s": 6.0, "first_round_s": 5.0, "rounds_s": [5.0, 4.0, 6.0]}
@@ -137,3 +148,29 @@ def test_rollout_compile_payback_from_hand_timings(monkeypatch):
     assert result["break_even_rollouts"] == 53.0 / (0.75 / 16)
     slower = compiled | {"rounds_s": [5.5, 5.0, 6.0]}
     assert payback(eager, slower, batch=16)["break_even_rollouts"] is None
+
+
+def test_a_fresh_clone_gets_the_demo_world_and_its_indexes_once(tmp_path, monkeypatch):
+    """With no world, ``offline_world`` writes `make demo`'s (configs/pipeline-demo.yaml: seed 13,
+    500/100/100 questions, 60-word passages) and runs the four data stages; once both are there,
+    it builds nothing."""
+    on_path(monkeypatch, "steps")
+    from inputs import offline_world
+
+    from advrag.ops import dataplane
+
+    calls = []
+    monkeypatch.setattr(dataplane, "build_world", lambda out, config: calls.append((out, config)))
+    monkeypatch.setattr(dataplane, "reproduce", lambda root, targets: calls.append((root, targets)))
+    assert offline_world(tmp_path) == tmp_path / "data/world"
+    (world_dir, world), (root, stages) = calls
+    assert world_dir == tmp_path / "data/world" and root == tmp_path
+    assert (world.seed, world.n_train, world.n_dev, world.n_test, world.passage_words) == (
+        13, 500, 100, 100, 60)
+    assert stages == ["chunk", "embed", "index", "bm25"]
+    (tmp_path / "data/world").mkdir(parents=True)
+    (tmp_path / "data/world/train.jsonl").write_text("")
+    (tmp_path / "processed/index").mkdir(parents=True)
+    calls.clear()
+    offline_world(tmp_path)
+    assert calls == []

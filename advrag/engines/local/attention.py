@@ -8,7 +8,7 @@ about half of an eager LoRA update. ``causal_attention.cpp`` computes both by
 blocks: on AMX the forward 1.3–1.7× aten's flash forward for 214–1,142 tokens,
 the backward 2.4–3.9× its backward for 256–1,024 tokens; without AMX forward and
 backward together 2.0× aten's at 256 tokens, 2.7× at 1,024; errors against fp32
-no larger than SDPA's (README, "How fast"). ``attention_forward`` is a transformers
+no larger than SDPA's (docs/performance.md). ``attention_forward`` is a transformers
 attention function (``ATTENTION_NAME``) that takes what the kernels cover — bf16
 (or bf16 autocast) on a CPU with AVX512-BF16, head size 64, causal without a
 mask, gradients needed — and hands everything else to transformers' SDPA

@@ -149,9 +149,9 @@ def draw_from(probs: Tensor) -> Tensor:
     global generator: the first index whose cumulative probability exceeds a uniform draw.
 
     One random number a row, where ``torch.multinomial`` draws one per vocabulary entry (21 ms
-    against 1.5 ms for 16 rows of SmolLM2's 49k tokens here: ``bench/bench_sampling.py``). The
-    sums run in fp64 and are divided by their total, so the last one is exactly 1 and above
-    every draw, and an index of probability 0 (its sum equals the one before) is never chosen.
+    against 1.5 ms for 16 rows of SmolLM2's 49k tokens here:
+    ``bench/rollouts/bench_sampling.py``). The sums run in fp64 and are divided by their total,
+    so the last one is exactly 1 and above every draw, and an index of probability 0 (its sum equals the one before) is never chosen.
     """
     sums = probs.double().cumsum(dim=-1)
     sums /= sums[:, -1:].clone()

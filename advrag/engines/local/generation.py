@@ -259,7 +259,7 @@ class PackedFp16Linear(nn.Linear):
 
     A decoding step multiplies a few rows by every weight; on a CPU without native bf16,
     fp32 matmuls of so few rows run far below the peak, and fbgemm's fp16-weight kernels,
-    reading half the bytes, are several times faster (README, "How fast"). The fp32
+    reading half the bytes, are several times faster (docs/performance.md). The fp32
     ``weight`` stays, so pushes write it as before; ``repack`` refreshes the packed copy,
     a matrix of more than ``PACKED_PIECE_WEIGHTS`` weights in pieces of output rows.
     """

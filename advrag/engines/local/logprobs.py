@@ -5,12 +5,12 @@ Alignment: position ``t`` holds ``log p(token_t | tokens_<t)`` where
 the KL, SFT and ARR's entropies read), and 0 everywhere else. Only the
 positions that predict a scored token go through the LM head: its
 vocabulary-wide matmul, log-softmax and entropy over every prompt and retrieved
-token were a third of a SmolLM2 update (``bench/bench_update.py``).
+token were a third of a SmolLM2 update (``bench/updates/bench_update.py``).
 
 On a CPU, micro-batches of at most ``MATH_ATTENTION_MAX_WIDTH`` tokens run
 SDPA's math kernel instead of its flash kernel, whose fixed cost per call
 (mostly in the backward) is not repaid on short rows
-(``bench/bench_attention.py``); the same function, computed another way. Not
+(``bench/updates/bench_attention.py``); the same function, computed another way. Not
 under activation checkpointing: its recompute in the backward runs outside that
 choice, and must compute exactly what the forward did. Compiled layers
 (``compile_update``) make the same choice inside each layer
@@ -33,7 +33,7 @@ gradients), a micro-batch's rows go through the decoder one after another as a
 single row without their padding, positions restarting at each
 (``packed_inputs``): the same function at the real tokens, and none of the
 work a micro-batch of unequal rows spent on padding (18 % of the positions
-of ``bench/bench_update.py``'s rows).
+of ``bench/updates/bench_update.py``'s rows).
 
 Two variants: ``token_logprobs`` is one differentiable forward (the loss uses
 it on a micro-batch); ``sequence_logprobs`` runs it without gradients over

@@ -290,8 +290,9 @@ def check_compilable(model: nn.Module) -> None:
 
 
 # compile_update: auto compiles a run that trains at least this many sequences, about three times
-# the break-even of `bench/bench_compile_payback.py` on an AMX CPU (a 35 s compile with an empty
-# inductor cache against 0.69 s saved a sequence: 51 sequences; `bench_update.py`: 0.52–0.91 s).
+# the break-even of `bench/updates/bench_compile_payback.py` on an AMX CPU (a 35 s compile with an
+# empty inductor cache against 0.69 s saved a sequence: 51 sequences; `bench_update.py`:
+# 0.52–0.91 s).
 AUTO_COMPILE_MIN_SEQUENCES = 160
 
 

@@ -173,7 +173,7 @@ class VLLMGenerator(ChatPrompting):
     weight dtype (``"float32"``, ``"bfloat16"``, ``"auto"``); pushed weights are
     cast to it. ``enforce_eager`` (default) skips vLLM's torch.compile: on the
     project's 2-core CPUs the engine then starts in about 6–10 s instead of 50–90 s,
-    for rollouts up to 15 % slower than the compiled graph's (README, "How fast";
+    for rollouts up to 15 % slower than the compiled graph's (docs/performance.md;
     ``compile_rollout`` decides per run).
     ``adapter``: on a base shared by several LoRA adapters, the one merged into
     every push (one engine per agent). ``block_size``: tokens per KV block (None:

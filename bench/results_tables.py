@@ -1,0 +1,485 @@
+"""The docs' result tables, generated from ``bench/results/*.json``: one source for every number.
+
+A docs page asks for a table with a marker, ``<!-- results: FILE.json -->`` (or
+``<!-- results: FILE.json VIEW -->`` for another view of the same file); the mkdocs hook
+``on_page_markdown`` (``hooks:`` in ``mkdocs.yml``) replaces it with the table and a line
+naming the file and the machine it was measured on, at every build. A marker whose file is
+missing, or whose kind has no table here, fails the build. ``python bench/results_tables.py
+FILE...`` prints the tables of results files, to see one before writing its marker.
+
+A file's kind is its name up to the first ``-`` (``update-amx.json`` is an ``update``), except
+the UR² reports, told apart by their keys. Each kind has one function below that turns a report
+into a header and rows; derived columns (ratios, shares) are computed here from the measured
+values, not copied from the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MARKER = re.compile(r"<!--\s*results:\s*(?P<file>[\w.\-]+\.json)(?:\s+(?P<view>\w+))?\s*-->")
+Table = tuple[list[str], list[list[str]]]
+
+WORKLOADS = {  # bench/runtime: what each child process times
+    "update-short-full": "one update, 16 short rows (~80 tokens), full fine-tuning",
+    "update-short-lora": "one update, 16 short rows, LoRA r=16",
+    "update-long-lora": "one update, 8 Search-R1-shaped rollouts (280–1200 tokens), LoRA r=16",
+    "generate": "transformers sampling, 16 chat prompts × 32 new tokens",
+}
+
+
+# ---- formatting ---------------------------------------------------------------------------
+
+def num(x: float | None) -> str:
+    """A measured value with three significant figures or so (— when absent)."""
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def times(x: float) -> str:
+    """A ratio, as a factor."""
+    return f"{x:.2f}×"
+
+
+def percent(x: float) -> str:
+    """A share, in per cent."""
+    return f"{100 * x:.1f} %"
+
+
+def interval(value: float, ci: list[float], signed: bool = False) -> str:
+    """A mean (or difference) with its 95 % interval."""
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(value)} [{f.format(ci[0])}, {f.format(ci[1])}]"
+
+
+def markdown(table: Table) -> str:
+    """A pipe table."""
+    header, rows = table
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def source(name: str, report: dict) -> str:
+    """The line under a table: its file, and the machine and load it was measured under."""
+    facts = [report.get("cpu") or report.get("machine", {}).get("cpu")]
+    if report.get("allocator"):
+        facts.append(f"the benchmark process's allocator: {report['allocator']}")
+    for key, when in (("load_average_1m_at_end", "at the end"),
+                      ("load_average_1min_at_start", "at the start")):
+        if report.get(key) is not None:
+            facts.append(f"load {report[key]:.1f} {when}")
+    details = "; ".join(fact for fact in facts if fact)
+    return f"*`bench/results/{name}`" + (f" — {details}*" if details else "*")
+
+
+# ---- speed: updates and whole steps -----------------------------------------------------
+
+def update_table(report: dict) -> Table:
+    """bench/updates/bench_update.py: one way per row, each adding one change to the row above."""
+    precision = "bf16" if "bf16_matmul_peak_gflops" in report else "fp32"
+    peak = report.get(f"{precision}_matmul_peak_gflops")
+    header = ["update", "seconds", "× the row above", "GFLOP/s (6·N·T)",
+              f"share of the {precision} matmul peak ({num(peak)} GFLOP/s)"]
+    rows, previous = [], None
+    for way, row in report["rows"].items():
+        speedup = "—" if previous is None else times(previous / row["update_s"])
+        rows.append([way, num(row["update_s"]), speedup, num(row["gflops_6NT"]),
+                     percent(row[f"share_of_{precision}_peak"])])
+        previous = row["update_s"]
+    return header, rows
+
+
+def trl_table(report: dict) -> Table:
+    """bench/steps/bench_trl.py: our GRPO step against TRL's, each variant in its own process."""
+    header = ["variant", "ours / TRL tokens/s", "ours / TRL step s", "rollout s (ours / TRL)",
+              "update s (ours / TRL)", "tokens/s (ours / TRL)"]
+    rows = []
+    for row in report["rows"]:
+        ours, trl = row["ours"], row["trl"]
+        rows.append([row["mode"], times(ours["tokens_per_s"] / trl["tokens_per_s"]),
+                     f"{ours['step_s'] / trl['step_s']:.2f}",
+                     f"{num(ours['rollout_s'])} / {num(trl['rollout_s'])}",
+                     f"{num(ours['update_s'])} / {num(trl['update_s'])}",
+                     f"{ours['tokens_per_s']:.0f} / {trl['tokens_per_s']:.0f}"])
+    return header, rows
+
+
+def cost_growth_table(report: dict) -> Table:
+    """bench/steps/bench_cost_growth.py: one factor at a time around group 4, 2 turns, 16
+    trajectories, 64 new tokens a call."""
+    header = ["group", "turns", "trajectories", "new tokens", "step s (rollout / update)",
+              "tokens updated", "searches / trajectory", "peak RSS GiB"]
+    rows = [[str(r["group_size"]), str(r["max_turns"]), str(r["trajectories"]),
+             str(r["max_new_tokens"]),
+             f"{num(r['median_step_s'])} ({num(r['median_rollout_s'])} / "
+             f"{num(r['median_update_s'])})",
+             f"{r['median_tokens']:,.0f}", f"{r['median_searches']:.2f}",
+             num(r.get("peak_rss_gib"))] for r in report["rows"]]
+    return header, rows
+
+
+def train_table(report: dict) -> Table:
+    """bench/updates/bench_train.py: full fine-tuning against LoRA, against the fp32 peak."""
+    header = ["mode", "step s", "tokens/s", "model GFLOP/s",
+              f"share of the fp32 peak ({num(report['fp32_matmul_peak_gflops'])} GFLOP/s)",
+              "peak RSS GiB"]
+    return header, [[r["mode"], num(r["step_s"]), num(r["tokens_per_s"]), num(r["model_gflops"]),
+                     percent(r["mfu"]), num(r["peak_rss_gib"])] for r in report["rows"]]
+
+
+def attention_table(report: dict) -> Table:
+    """bench/updates/bench_attention.py: one forward + backward per kernel and width."""
+    with_blocks = "amx_s" in report["rows"][0]
+    header = ["tokens", "SDPA flash s", "SDPA math s", "math / flash"]
+    header += ["block kernels s", "best SDPA / block kernels"] if with_blocks else []
+    rows = []
+    for r in report["rows"]:
+        row = [str(r["width"]), num(r["flash_s"]), num(r["math_s"]), f"{r['math_s'] / r['flash_s']:.2f}"]
+        if with_blocks:
+            row += [num(r["amx_s"]), f"{min(r['flash_s'], r['math_s']) / r['amx_s']:.2f}"]
+        rows.append(row)
+    return header, rows
+
+
+def compile_payback_table(report: dict) -> Table:
+    """bench/updates/bench_compile_payback.py: what a compiled update costs and saves."""
+    return (["sequences (batch)", "compile cost s", "saved a sequence s", "break-even sequences",
+             "compiled / eager speed", "compile_update: auto from"],
+            [[f"{report['sequences']} ({report['batch_size']})", num(report["compile_cost_s"]),
+              num(report["saving_per_sequence_s"]), num(report["break_even_sequences"]),
+              times(report["speedup_after_compile"]),
+              str(report["auto_compile_min_sequences"])]])
+
+
+def optimizer_table(report: dict) -> Table:
+    """bench/updates/bench_optimizer.py: one AdamW step over every weight."""
+    fastest = min(report["step_s"].values())
+    return (["AdamW", "seconds", "× the fastest"],
+            [[way, f"{s:.3f}", times(s / fastest)] for way, s in report["step_s"].items()])
+
+
+# ---- speed: rollouts ----------------------------------------------------------------------
+
+def rollout_replay_table(report: dict) -> Table:
+    """bench/rollouts/bench_rollout_replay.py: the agent loop against its raw engine."""
+    header = ["back-end", "episode", "loop tokens/s", "raw engine tokens/s", "loop / raw",
+              "engine start s"]
+    return header, [[r["mode"], r["episode"], num(r["median_loop_tokens_per_s"]),
+                     num(r["median_raw_tokens_per_s"]),
+                     f"{r['median_loop_tokens_per_s'] / r['median_raw_tokens_per_s']:.2f}",
+                     num(r["engine_start_s"])] for r in report["rows"]]
+
+
+def decoding_table(report: dict) -> Table:
+    """bench/rollouts/bench_decoding.py: each generator's seconds on the same episodes, and our
+    loop's tokens/s over each other generator's."""
+    generators = list(next(iter(report["temperatures"].values()))["median_seconds"])
+    others = [g for g in generators if g != "ours"]
+    header = ["episodes", *(f"{g} s" for g in generators),
+              *(f"ours / {g} tokens/s" for g in others)]
+    rows = []
+    for temperature, result in report["temperatures"].items():
+        label = "greedy" if float(temperature) == 0 else f"sampled at temperature {temperature}"
+        rates = result["median_tokens_per_s"]
+        rows.append([label, *(num(result["median_seconds"][g]) for g in generators),
+                     *(times(rates["ours"] / rates[g]) for g in others)])
+    return header, rows
+
+
+def sampling_table(report: dict) -> Table:
+    """bench/rollouts/bench_sampling.py: drawing a token, and whole decodes, each way."""
+    return (["draw", "one draw ms", "decode s"],
+            [[way, num(report["draw_ms"][way]), num(report["decode_s"][way])]
+             for way in report["draw_ms"]])
+
+
+def push_table(report: dict) -> Table:
+    """bench/rollouts/bench_push.py: refreshing a sampler's weights after an update."""
+    return ["push", "seconds"], [[way, f"{s:.2f}"] for way, s in report["push_s"].items()]
+
+
+def arr_sampling_table(report: dict) -> Table:
+    """bench/rollouts/bench_arr_sampling.py: both ARR agents' dialogues, each way."""
+    return (["samplers", "tokens/s", "seconds"],
+            [[way, num(r["median_tokens_per_s"]), num(r["median_seconds"])]
+             for way, r in report["rows"].items()])
+
+
+def difficulty_rollouts_table(report: dict) -> Table:
+    """bench/rollouts/bench_difficulty_rollouts.py: UR² curation's rollouts per back-end."""
+    header = ["back-end", "rollouts/s", "generated tokens/s", "train split at k = 4 / 20, h"]
+    rows = []
+    for backend, r in report["rows"].items():
+        hours = r["projected_hours_for_train_split"]
+        rows.append([backend, num(r["rollouts_per_s"]), num(r["generated_tokens_per_s"]),
+                     f"{hours['k=4']:.2f} / {hours['k=20']:.2f}"])
+    return header, rows
+
+
+def rollout_compile_payback_table(report: dict) -> Table:
+    """bench/rollouts/bench_rollout_compile_payback.py: an eager engine against compiled ones."""
+    header = ["engine", "start s", "first round s", "later rounds, median s", "compile cost s",
+              "saved a rollout ms", "break-even rollouts"]
+    rows = []
+    for variant, r in report["variants"].items():
+        payback = report.get(f"payback_{variant}")
+        rows.append([variant, num(r["start_s"]), num(r["first_round_s"]),
+                     num(statistics.median(r["rounds_s"])),
+                     *(["—"] * 3 if payback is None else [
+                         num(payback["compile_cost_s"]),
+                         num(1000 * payback["saved_s_per_rollout"]),
+                         num(payback["break_even_rollouts"])])])
+    return header, rows
+
+
+def rollout_precision_table(report: dict) -> Table:
+    """bench/rollouts/bench_rollout_precision.py: transformers rollouts, live or from a copy."""
+    rates = report["median_tokens_per_s"]
+    first = next(iter(rates.values()))
+    return (["sampling", "tokens/s", "× the first row"],
+            [[mode, num(rate), times(rate / first)] for mode, rate in rates.items()])
+
+
+def generation_table(report: dict) -> Table:
+    """bench/rollouts/bench_generation.py: batched ARR dialogues against one at a time."""
+    rates = report["median_tokens_per_s"]
+    return (["ARR dialogues", "tokens/s", "× one at a time"],
+            [[way, num(rate), times(rate / rates["sequential"])] for way, rate in rates.items()])
+
+
+def rollout_table(report: dict) -> Table:
+    """bench/rollouts/bench_rollout.py: rollouts, pushes and a GRPO step per back-end."""
+    return (["back-end", "engine start s", "rollout tokens/s", "push s", "GRPO step s",
+             "peak RSS GiB"],
+            [[r["mode"], num(r.get("engine_start_s")), num(r["median_rollout_tokens_per_s"]),
+              num(r.get("median_push_s")), num(r.get("median_grpo_step_s")),
+              num(r.get("peak_rss_gib"))] for r in report["rows"]])
+
+
+# ---- speed: process settings, retrieval, the user's commands --------------------------------
+
+def allocator_table(report: dict) -> Table:
+    """bench/runtime/bench_allocator.py: each workload under glibc's malloc and tcmalloc."""
+    header = ["workload (SmolLM2-135M, bf16, micro-batch 4)", "glibc malloc s", "tcmalloc s",
+              "glibc / tcmalloc", "peak memory glibc → tcmalloc GiB"]
+    rows = []
+    for workload, r in report["rows"].items():
+        system, tcmalloc = r["median"]["system"], r["median"]["tcmalloc"]
+        rows.append([WORKLOADS.get(workload, workload), num(system["seconds"]),
+                     num(tcmalloc["seconds"]), f"{system['seconds'] / tcmalloc['seconds']:.2f}",
+                     f"{system['peak_rss_gib']:.2f} → {tcmalloc['peak_rss_gib']:.2f}"])
+    return header, rows
+
+
+def omp_wait_table(report: dict) -> Table:
+    """bench/runtime/bench_omp_wait.py: each workload with OMP_WAIT_POLICY=PASSIVE and unset."""
+    header = ["workload (SmolLM2-135M, bf16, micro-batch 4)", "PASSIVE s", "unset s",
+              "PASSIVE / unset"]
+    rows = []
+    for workload, r in report["rows"].items():
+        passive, default = r["median_s"]["PASSIVE"], r["median_s"]["default"]
+        rows.append([WORKLOADS.get(workload, workload), num(passive), num(default),
+                     f"{passive / default:.2f}"])
+    return header, rows
+
+
+def retrieval_table(report: dict) -> Table:
+    """bench/retrieval/bench_retrieval.py: FAISS and brute force by corpus size."""
+    k = report["config"]["k"]
+    return (["passages", "index", "build s", "queries/s", f"recall@{k}"],
+            [[f"{r['n']:,}", r["method"], num(r["build_s"]), num(r["qps"]),
+              f"{r['recall_at_k']:.3f}"] for r in report["index"]])
+
+
+def retrieval_embedder_table(report: dict) -> Table:
+    """bench/retrieval/bench_retrieval.py: the embedder on the world's passages."""
+    return (["embedder", "precision", "passages", "passages/s"],
+            [[r["model"], r["precision"], str(r["passages"]), num(r["passages_per_s"])]
+             for r in report["embedder"]])
+
+
+def demo_table(report: dict) -> Table:
+    """bench/jobs/bench_demo.py: the demo job's wall time and peak memory."""
+    return (["config", "fresh stores", "wall s", "peak RSS GiB", "the demo's allocator"],
+            [[report["config"], "yes" if report["fresh"] else "no", num(report["median_wall_s"]),
+              num(report["peak_rss_gib"]), report.get("demo_allocator", "not recorded")]])
+
+
+def nightly_table(report: dict) -> Table:
+    """bench/jobs/bench_nightly.py: each night's wall time and Prefect's share of it."""
+    return (["night", "wall s", "task runs", "slowest task", "alias", "Prefect's share (bound)"],
+            [[n["night"], num(n["wall_s"]), str(n["n_task_runs"]),
+              ", ".join(f"{task} {num(s)} s" for task, s in list(n["slowest_tasks"].items())[:1]),
+              n.get("alias") or "—", percent(n["prefect_share_upper_bound"])]
+             for n in report["nights"]])
+
+
+def ui_table(report: dict) -> Table:
+    """bench/jobs/bench_ui.py: start times of the two servers `make ui` runs."""
+    return (["server", "cold start s (new stores)", "warm start s"],
+            [[server, num(report[f"cold_{server}_median_s"]), num(report[f"warm_{server}_median_s"])]
+             for server in ("MLflow", "Prefect")])
+
+
+# ---- learning -------------------------------------------------------------------------------
+
+def scored_row(label: str, s: dict) -> list[str]:
+    """A benchmark summary: EM and F1 with their intervals, format errors and searches."""
+    f1 = (interval(s["f1"], [s["f1_lo"], s["f1_hi"]]) if "f1_lo" in s else f"{s['f1']:.3f}")
+    return [label, interval(s["em"], [s["em_lo"], s["em_hi"]]), f1, num(s["format_errors"]),
+            num(s["n_searches"])]
+
+
+SCORED = ["model", "EM [95% CI]", "F1 [95% CI]", "format errors", "searches"]
+
+
+def warmup_table(report: dict) -> Table:
+    """bench/learning/bench_warmup.py: held-out Search-R1 scores after each warm-up epoch."""
+    return SCORED, [scored_row(m, s) for m, s in report["held_out_search_r1"].items()]
+
+
+def arr_compare_table(report: dict) -> Table:
+    """bench/learning/bench_arr_compare.py: ARR, its ablations and GRPO at one budget."""
+    return SCORED, [scored_row(m, s) for m, s in report["held_out"].items()]
+
+
+def learning_table(report: dict) -> Table:
+    """bench/learning/bench_learning.py: the train flow's base, warmed-up and trained models."""
+    return SCORED, [scored_row(stage, next(iter(scores.values())))
+                    for stage, scores in report["models"].items()]
+
+
+PAIRED = ["pair", "EM", "F1", "format errors", "searches"]
+
+
+def paired_row(pair: str, diffs: dict) -> list[str]:
+    """Paired differences with their 95 % intervals."""
+    return [pair.replace("-", " − "),
+            *(interval(diffs[m]["diff"], diffs[m]["ci95"], signed=True)
+              for m in ("em", "f1", "format_errors", "n_searches"))]
+
+
+def ur2_run_table(report: dict) -> Table:
+    """bench/learning/bench_ur2.py: the start policy and both arms on the held-out questions."""
+    rows = [[policy, interval(r["em"]["mean"], r["em"]["ci95"]),
+             interval(r["f1"]["mean"], r["f1"]["ci95"]), num(r["format_errors"]),
+             num(r["n_searches"])] for policy, r in report["heldout_results"].items()]
+    return ["policy", "EM [95% CI]", "F1 [95% CI]", "format errors", "searches"], rows
+
+
+def ur2_run_paired_table(report: dict) -> Table:
+    """bench/learning/bench_ur2.py: the paired differences between the policies."""
+    return PAIRED, [paired_row(pair, diffs) for pair, diffs in report["paired"].items()]
+
+
+def ur2_pooled_table(report: dict) -> Table:
+    """bench/learning/bench_ur2_pool.py: each pair's difference averaged over the seeds."""
+    return PAIRED, [paired_row(pair, diffs) for pair, diffs in report["pooled"].items()]
+
+
+def ur2_pooled_by_group_table(report: dict) -> Table:
+    """bench/learning/bench_ur2_pool.py: the gains within each question type."""
+    header = ["question type", "questions", "curated − start F1", "uncurated − start F1"]
+    return header, [[group, str(r["questions"]),
+                     interval(r["curated-start"]["f1"]["diff"], r["curated-start"]["f1"]["ci95"],
+                              signed=True),
+                     interval(r["uncurated-start"]["f1"]["diff"],
+                              r["uncurated-start"]["f1"]["ci95"], signed=True)]
+                    for group, r in report["by_group"].items()]
+
+
+def ur2_dev_table(report: dict) -> Table:
+    """bench/learning/bench_ur2_dev.py: a policy on the dev split, per question type."""
+    header = ["question type", "questions", "EM", "F1", "searches", "format errors",
+              "gold retrieved", "gold in its own text"]
+    groups = {"all": report["all"], **report["by_type"]}
+    return header, [[group, str(r["n"]), f"{r['em']:.2f}", f"{r['f1']:.3f}", num(r["searches"]),
+                     num(r["format_errors"]), f"{r['gold_retrieved']:.2f}",
+                     f"{r['gold_in_generated']:.2f}"] for group, r in groups.items()]
+
+
+def ur2_curation_table(report: dict) -> Table:
+    """bench/learning/bench_ur2_curation.py: what curation's rollouts solve, per question type."""
+    header = ["question type", "questions", "rollouts", "with answer credit", "correct",
+              "levels"]
+    return header, [[group, str(r["questions"]), str(r["rollouts"]), str(r["credited"]),
+                     str(r["correct"]),
+                     ", ".join(f"{level} {n}" for level, n in sorted(r["levels"].items()))]
+                    for group, r in report["by_type"].items()]
+
+
+TABLES: dict[str, Callable[[dict], Table]] = {
+    "update": update_table, "trl": trl_table, "cost_growth": cost_growth_table,
+    "train": train_table, "attention": attention_table,
+    "compile_payback": compile_payback_table, "optimizer": optimizer_table,
+    "rollout_replay": rollout_replay_table, "decoding": decoding_table,
+    "sampling": sampling_table, "push": push_table, "arr_sampling": arr_sampling_table,
+    "difficulty_rollouts": difficulty_rollouts_table,
+    "rollout_compile_payback": rollout_compile_payback_table,
+    "rollout_precision": rollout_precision_table, "generation": generation_table,
+    "rollout": rollout_table, "allocator": allocator_table, "omp_wait": omp_wait_table,
+    "retrieval": retrieval_table, "retrieval:embedder": retrieval_embedder_table,
+    "demo": demo_table, "nightly": nightly_table, "ui": ui_table, "warmup": warmup_table,
+    "arr_compare": arr_compare_table, "learning": learning_table, "ur2_run": ur2_run_table,
+    "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
+    "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
+    "ur2_curation": ur2_curation_table,
+}
+"""Kind (``:view``) → its table."""
+
+UR2_KINDS = (("pooled", "ur2_pooled"), ("arms", "ur2_run"), ("split", "ur2_dev"),
+             ("by_type", "ur2_curation"))
+"""The UR² reports by the key that tells them apart (checked in this order)."""
+
+
+def kind_of(name: str, report: dict) -> str:
+    """The kind of results file ``name``: its name up to the first ``-``, the UR² reports by
+    their keys."""
+    prefix = name.removesuffix(".json").split("-")[0]
+    if prefix != "ur2":
+        return prefix
+    return next((kind for key, kind in UR2_KINDS if key in report), prefix)
+
+
+def render(name: str, view: str | None = None, results: Path = RESULTS) -> str:
+    """The markdown table of ``results/name`` (in its ``view``), and the line naming its source."""
+    path = results / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no results file {path}")
+    report = json.loads(path.read_text())
+    kind = kind_of(name, report) + (f":{view}" if view else "")
+    if kind not in TABLES:
+        raise KeyError(f"{name}: no table for kind {kind!r} in bench/results_tables.py")
+    return markdown(TABLES[kind](report)) + "\n\n" + source(name, report)
+
+
+def expand(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every results marker replaced by its table."""
+    return MARKER.sub(lambda m: render(m["file"], m["view"], results), text)
+
+
+def on_page_markdown(markdown_text: str, page, config, files) -> str:
+    """mkdocs hook: the page's results markers become tables at every build."""
+    return expand(markdown_text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="results file names under bench/results/")
+    parser.add_argument("--view", help="another view of the files (e.g. paired, by_group)")
+    args = parser.parse_args()
+    for name in args.files:
+        print(render(Path(name).name, args.view) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The docs' result tables come from the results files: hand-made reports, tables worked out
+by hand, and the markers that pages use to ask for them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import results_tables
+
+    return results_tables
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """Three small reports, as bench_update.py, bench_trl.py and bench_ur2_pool.py write them."""
+    update = {"bf16_matmul_peak_gflops": 400.0, "load_average_1m_at_end": 1.5,
+              "cpu": "Chip (2 cores; avx2)", "rows": {
+                  "before": {"update_s": 30.0, "gflops_6NT": 100.0, "share_of_bf16_peak": 0.25},
+                  "+ one pass": {"update_s": 20.0, "gflops_6NT": 150.0,
+                                 "share_of_bf16_peak": 0.375}}}
+    trl = {"load_average_1min_at_start": 0.5, "rows": [{
+        "mode": "full+bf16",
+        "ours": {"tokens_per_s": 200.0, "step_s": 6.0, "rollout_s": 2.0, "update_s": 4.0},
+        "trl": {"tokens_per_s": 80.0, "step_s": 15.0, "rollout_s": 9.0, "update_s": 6.0}}]}
+    diff = {"diff": 0.05, "ci95": [-0.01, 0.11]}
+    pooled = {"runs": [], "pooled": {"curated-start": {
+        "em": diff, "f1": diff, "format_errors": diff, "n_searches": diff}}}
+    for name, report in (("update-test.json", update), ("trl-test.json", trl),
+                         ("ur2-test-pooled.json", pooled)):
+        (tmp_path / name).write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_the_update_table_compares_each_way_with_the_one_above(tables, results):
+    table = tables.render("update-test.json", results=results).splitlines()
+    assert table[0] == ("| update | seconds | × the row above | GFLOP/s (6·N·T) | "
+                        "share of the bf16 matmul peak (400 GFLOP/s) |")
+    assert table[2] == "| before | 30.0 | — | 100 | 25.0 % |"
+    assert table[3] == "| + one pass | 20.0 | 1.50× | 150 | 37.5 % |"  # 30 s / 20 s
+    assert table[5] == ("*`bench/results/update-test.json` — Chip (2 cores; avx2); "
+                        "load 1.5 at the end*")
+
+
+def test_the_trl_table_divides_ours_by_trls(tables, results):
+    row = tables.render("trl-test.json", results=results).splitlines()[2]
+    # tokens/s 200 / 80 = 2.5; step 6 / 15 = 0.4
+    assert row == "| full+bf16 | 2.50× | 0.40 | 2.00 / 9.00 | 4.00 / 6.00 | 200 / 80 |"
+
+
+def test_a_ur2_report_is_told_apart_by_its_keys(tables, results):
+    row = tables.render("ur2-test-pooled.json", results=results).splitlines()[2]
+    assert row == ("| curated − start | +0.050 [-0.010, +0.110] | +0.050 [-0.010, +0.110] | "
+                   "+0.050 [-0.010, +0.110] | +0.050 [-0.010, +0.110] |")
+
+
+def test_markers_become_tables_and_a_bad_one_stops_the_build(tables, results):
+    page = "Before.\n\n<!-- results: trl-test.json -->\n\nAfter.\n"
+    expanded = tables.expand(page, results)
+    assert expanded.startswith("Before.\n\n| variant |") and expanded.endswith("\n\nAfter.\n")
+    assert "<!--" not in expanded
+    with pytest.raises(FileNotFoundError):
+        tables.expand("<!-- results: absent.json -->", results)
+    with pytest.raises(KeyError, match="trl:paired"):
+        tables.expand("<!-- results: trl-test.json paired -->", results)
+
+
+def test_every_committed_results_file_a_page_names_renders(tables):
+    """The docs' markers name results files that exist and have a table (what the strict
+    docs build checks too, here without mkdocs)."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    markers = [m for page in docs.rglob("*.md") for m in tables.MARKER.finditer(page.read_text())]
+    assert markers
+    for marker in markers:
+        assert tables.render(marker["file"], marker["view"]).count("\n|") >= 2
