@@ -143,11 +143,16 @@ def embed(
     out: Path = typer.Argument(..., help="Output .npy of L2-normalised embeddings."),
     model: str = typer.Option("minilm", help="'minilm' (packaged), a local dir or a hub id (E5/BGE ok)."),
     batch_size: int = typer.Option(64, help="Passages per encoder batch."),
+    device: str = typer.Option("cpu", help="cpu: the same bytes on every x86-64 CPU (pinned "
+                               "kernels), so dvc.lock too; auto or cuda: faster on a GPU."),
 ) -> None:
     """DVC stage: embed chunks."""
-    from advrag.retrieval.embedding import Embedder, embed_corpus_file
+    from advrag.retrieval.embedding import Embedder, embed_corpus_file, pin_cpu_kernels
 
-    n, dim = embed_corpus_file(chunks, out, embedder=Embedder(model, batch_size=batch_size))
+    if device == "cpu":
+        pin_cpu_kernels()
+    embedder = Embedder(model, batch_size=batch_size, device=device)
+    n, dim = embed_corpus_file(chunks, out, embedder=embedder)
     typer.echo(f"{n}×{dim} embeddings → {out}")
 
 
