@@ -69,7 +69,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	touch $@
 
 demo: install
-	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
+	$(PY) -m advrag.cli demo
 
 test: install vllm
 	$(PY) -m pytest -q tests

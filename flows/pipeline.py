@@ -53,7 +53,7 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
         summary = report(run_id, trained, judge, decision)
     print(summary)
     return {"run_id": run_id, "data_version": digest, "trained": trained,
-            "discriminator": judge, "decision": decision, "decisions": decisions}
+            "discriminator": judge, "decision": decision, "decisions": decisions, "table": summary}
 
 
 def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
