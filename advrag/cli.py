@@ -383,7 +383,7 @@ def run_pipeline(path: Path) -> None:
     cfg = load_pipeline(path)
     from advrag.common import console
 
-    with console.session("pipeline") as session:
+    with console.session("pipeline", until_exit=True) as session:
         session.say(f"advrag pipeline {path} (everything but the stages: {session.log_path})")
         from advrag.flows.pipeline import pipeline as flow
         from advrag.tasks import tracking

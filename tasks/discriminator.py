@@ -154,7 +154,7 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
                                  micro_batch_size=config.sft.micro_batch_size)
             tracking.log_metrics(run_id, {"sft/heldout_loss": loss}, step=epoch)
             print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out loss {loss:.4f}")
-            bar.set_postfix_str(f"held-out loss {loss:.3f}")
+            bar.set_postfix_str(f"held-out loss {loss:.3f}", refresh=False)
             if loss < best:
                 best, best_epoch = loss, epoch
                 with atomic_dir(adapter) as tmp:

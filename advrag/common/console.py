@@ -10,6 +10,8 @@ follow it too. The terminal then shows only what this module draws there: the pr
 each stage opens with :func:`progress`, counting what a user counts (questions,
 demonstrations, slices, updates), and the lines the command :meth:`Session.say`s. An error
 reaches the terminal as its message and the log's path; its traceback is in the log.
+A command's session keeps the log until the process exits (``until_exit``), so what the
+libraries print on their way out goes there too.
 
 Without a session (tests, the other commands) :func:`progress` draws on stderr when that is
 a terminal, as tqdm does, and nothing is redirected.
@@ -59,28 +61,34 @@ class Session:
 
 
 @contextmanager
-def session(name: str, log_dir: Path | None = None) -> Iterator[Session]:
+def session(name: str, log_dir: Path | None = None, until_exit: bool = False
+            ) -> Iterator[Session]:
     """Send the process's stdout and stderr to ``<log_dir>/<name>-<time>.log`` for the block
     (module docstring); bars and :meth:`Session.say` reach the terminal.
 
-    An exception in the block: its traceback to the log, ``error: <message>`` and the log's
-    path to the terminal's stderr, then ``SystemExit(1)``. Prefect's temporary API server is
-    stopped at the end, so its goodbye goes to the log too.
+    ``until_exit``: leave stdout and stderr on the log after the block, for a command whose
+    last act it is: what libraries print while the process exits (Prefect sending its last
+    logs to its API server, then stopping that server) goes there too. An exception in the
+    block: its traceback to the log, ``error: <message>`` and the log's path to the terminal,
+    then ``SystemExit(1)``; Ctrl-C: the log's path, then the ``KeyboardInterrupt``.
     """
     global _terminal
     log_path = new_log_path(log_dir or LOG_DIR, name)
-    with open(log_path, "a", buffering=1, encoding="utf-8") as log, std_fds_to(log) as (out, err):
+    with (open(log_path, "a", buffering=1, encoding="utf-8") as log,
+          std_fds_to(log, hand_back=not until_exit) as (out, err)):
         current, _terminal = Session(log_path, out, err), err
         quiet_third_parties()
         try:
             yield current
+        except KeyboardInterrupt:
+            print(f"interrupted; the whole log: {log_path}", file=err, flush=True)
+            raise
         except Exception as error:
             traceback.print_exc()
             print(f"error: {type(error).__name__}: {error}\nthe whole log: {log_path}",
                   file=err, flush=True)
             raise SystemExit(1) from None
         finally:
-            stop_prefect_servers()
             _terminal = None
 
 
@@ -91,14 +99,15 @@ def new_log_path(log_dir: Path, name: str) -> Path:
 
 
 @contextmanager
-def std_fds_to(log: TextIO) -> Iterator[tuple[TextIO, TextIO]]:
-    """Point file descriptors 1 and 2 at ``log`` for the block; yield text streams on what
-    they pointed at before (the terminal), in the terminal's encoding."""
+def std_fds_to(log: TextIO, hand_back: bool = True) -> Iterator[tuple[TextIO, TextIO]]:
+    """Point file descriptors 1 and 2 at ``log`` for the block (and after it, unless
+    ``hand_back``); yield text streams on what they pointed at before (the terminal), in the
+    terminal's encoding."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     encoding = sys.__stderr__.encoding if sys.__stderr__ else "utf-8"
-    terminal = [open(os.dup(saved[fd]), "w", buffering=1, encoding=encoding, errors="replace")
+    terminal = [open(saved[fd], "w", buffering=1, encoding=encoding, errors="replace")
                 for fd in (1, 2)]
     for fd in (1, 2):
         os.dup2(log.fileno(), fd)
@@ -107,9 +116,9 @@ def std_fds_to(log: TextIO) -> Iterator[tuple[TextIO, TextIO]]:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-            os.close(copy)
+        if hand_back:
+            for fd, stream in zip((1, 2), terminal):
+                os.dup2(stream.fileno(), fd)
         for stream in terminal:
             stream.close()
 
@@ -130,15 +139,6 @@ def quiet_third_parties() -> None:
 def warnings_and_up(record: logging.LogRecord) -> bool:
     """A logging filter: WARNING and above pass."""
     return record.levelno >= logging.WARNING
-
-
-def stop_prefect_servers() -> None:
-    """Stop the temporary Prefect API servers this process started, if any (Prefect would at
-    exit, logging to a terminal the session has handed back)."""
-    server_module = sys.modules.get("prefect.server.api.server")
-    servers = getattr(getattr(server_module, "SubprocessASGIServer", None), "_instances", {})
-    for server in list(servers.values()):
-        server.stop()
 
 
 def progress(label: str, total: int, unit: str, initial: int = 0) -> tqdm:

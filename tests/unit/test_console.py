@@ -54,7 +54,17 @@ sys.modules["advrag.flows.pipeline"] = types.SimpleNamespace(pipeline=pipeline)
 sys.modules["advrag.tasks.tracking"] = tasks.tracking = stub_tracking
 console.LOG_DIR = Path(sys.argv[1])
 cli.app(["demo"], standalone_mode=False)
-print(logged)
+Path(sys.argv[1], "logged.txt").write_text(repr(logged))  # stdout is the log's from here on
+"""
+UNTIL_EXIT = """
+import atexit, sys
+from pathlib import Path
+from advrag.common import console
+
+atexit.register(print, "a library's goodbye at exit")
+with console.session("exit", log_dir=Path(sys.argv[1]), until_exit=True) as session:
+    session.say("| the table |")
+print("after the session")
 """
 
 
@@ -110,7 +120,14 @@ def test_the_demo_prints_the_table_and_where_to_look_and_logs_the_log(tmp_path):
         "MLflow: experiment advrag-pipeline, run r123",
         "UIs: make ui (or advrag ui), then MLflow at http://127.0.0.1:5000 and Prefect at "
         "http://127.0.0.1:4200",
-        f"Log: {log_path} (also in the run's artifacts, logs/{log_path.name})",
-        str([("r123", log_path, "logs")])]
+        f"Log: {log_path} (also in the run's artifacts, logs/{log_path.name})"]
+    assert (tmp_path / "logged.txt").read_text() == repr([("r123", log_path, "logs")])
     assert "Starting temporary server" in log_path.read_text()
     assert result.stderr == ""
+
+
+def test_a_commands_session_keeps_what_the_process_prints_on_its_way_out_in_the_log(tmp_path):
+    result = run_python(UNTIL_EXIT, str(tmp_path))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "| the table |\n", "")
+    log = next(tmp_path.glob("exit-*.log")).read_text()
+    assert "after the session" in log and "a library's goodbye at exit" in log
