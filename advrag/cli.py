@@ -259,10 +259,11 @@ def benchmark(
     changed = {k: v for k, v in updates.items() if v is not None}
     cfg = load(config, "demo", {"benchmark": changed} if changed else None)
     from advrag.flows.benchmark import benchmark as flow
-    from advrag.flows.prepare_data import prepare_data as prepare_flow
 
     if prepare:
-        prepare_flow(cfg.data)
+        from advrag.flows.prepare_data import prepare_data
+
+        prepare_data(cfg.data)
     result = flow(cfg.benchmark)
     typer.echo(f"MLflow run {result['run_id']}: make ui, then http://127.0.0.1:5000")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -106,6 +107,20 @@ def test_advrag_demo_and_pipeline_run_the_same_pipeline(monkeypatch):
     assert ran == [Path("configs/pipeline-demo.yaml"), Path("configs/x.yaml")]
     recipe = (ROOT / "Makefile").read_text().split("\ndemo: install\n")[1].splitlines()[0]
     assert recipe.strip() == "$(PY) -m advrag.cli demo"  # `make demo` is `advrag demo`
+
+
+def test_the_four_method_benchmark_the_demo_ran_before_is_benchmark_prepare_data(monkeypatch):
+    ran = []
+    monkeypatch.setitem(sys.modules, "advrag.flows.prepare_data", SimpleNamespace(
+        prepare_data=lambda data: ran.append(("prepare_data", data.world.out_dir))))
+    monkeypatch.setitem(sys.modules, "advrag.flows.benchmark", SimpleNamespace(
+        benchmark=lambda bench: ran.append(("benchmark", bench.methods)) or {"run_id": "r9"}))
+    result = CliRunner().invoke(cli.app, ["benchmark", "--prepare-data", "--config",
+                                          str(ROOT / "configs/demo.yaml")])
+    assert result.exit_code == 0, result.output
+    assert ran == [("prepare_data", Path("data/world")),
+                   ("benchmark", ["cot", "naive_rag", "search_r1", "arr"])]
+    assert "MLflow run r9" in result.stdout
 
 
 def test_the_demo_prints_the_table_and_where_to_look_and_logs_the_log(tmp_path):
