@@ -16,6 +16,8 @@ export MLFLOW_DISABLE_TELEMETRY=true
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
 export DVC_NO_ANALYTICS=1
 export HF_HUB_OFFLINE=1
+# mkdocs 1.6 prints a banner about mkdocs 2 at every build; the site pins mkdocs < 2.
+export NO_MKDOCS_2_WARNING=1
 export TRANSFORMERS_OFFLINE=1
 export HF_HOME=$(CURDIR)/.cache/hf
 export TOKENIZERS_PARALLELISM=false
@@ -70,7 +72,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	touch $@
 
 demo: install
-	$(PY) -m advrag.cli pipeline --config configs/pipeline-demo.yaml
+	$(PY) -m advrag.cli demo
 
 # .ci/lint_imports: imports point down the layers (pyproject.toml's import-linter contracts;
 # tests/unit/test_layers.py checks the same). Then the docs site (--strict, into site/): a

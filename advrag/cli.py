@@ -1,7 +1,8 @@
 """`advrag` command line: every stage runs without Prefect too.
 
 Data-plane commands (chunk, embed, index, bm25) are what `dvc.yaml` calls;
-`prepare-data`, `benchmark` and `demo` run the Prefect flows.
+`prepare-data`, `benchmark`, `pipeline` and the rest run the Prefect flows. `demo`
+(what `make demo` runs) is the pipeline on configs/pipeline-demo.yaml.
 """
 
 from __future__ import annotations
@@ -181,11 +182,16 @@ def embed(
     out: Path = typer.Argument(..., help="Output .npy of L2-normalised embeddings."),
     model: str = typer.Option("minilm", help="'minilm' (packaged), a local dir or a hub id (E5/BGE ok)."),
     batch_size: int = typer.Option(64, help="Passages per encoder batch."),
+    device: str = typer.Option("cpu", help="cpu: the same bytes on every x86-64 CPU (pinned "
+                               "kernels), so dvc.lock too; auto or cuda: faster on a GPU."),
 ) -> None:
     """DVC stage: embed chunks."""
-    from advrag.retrieval.embedding import Embedder, embed_corpus_file
+    from advrag.retrieval.embedding import Embedder, embed_corpus_file, pin_cpu_kernels
 
-    n, dim = embed_corpus_file(chunks, out, embedder=Embedder(model, batch_size=batch_size))
+    if device == "cpu":
+        pin_cpu_kernels()
+    embedder = Embedder(model, batch_size=batch_size, device=device)
+    n, dim = embed_corpus_file(chunks, out, embedder=embedder)
     typer.echo(f"{n}×{dim} embeddings → {out}")
 
 
@@ -285,14 +291,21 @@ def benchmark(
     model: str | None = typer.Option(None, help="Override the policy (dir, .gguf, hub id, models:/…)."),
     limit: int | None = typer.Option(None, help="Override the number of questions per dataset."),
     methods: str | None = typer.Option(None, help="Comma-separated methods, e.g. cot,arr."),
+    prepare: bool = typer.Option(False, "--prepare-data", help="First build, gate and index the "
+                                 "config's data (a fresh clone's four-method benchmark)."),
 ) -> None:
     """Flow: evaluate methods on datasets and log to MLflow."""
     updates = {"model": model, "limit": limit, "methods": methods.split(",") if methods else None}
     changed = {k: v for k, v in updates.items() if v is not None}
-    cfg = load(config, "demo", {"benchmark": changed} if changed else None).benchmark
+    cfg = load(config, "demo", {"benchmark": changed} if changed else None)
     from advrag.flows.benchmark import benchmark as flow
 
-    flow(cfg)
+    if prepare:
+        from advrag.flows.prepare_data import prepare_data
+
+        prepare_data(cfg.data)
+    result = flow(cfg.benchmark)
+    typer.echo(f"MLflow run {result['run_id']}: make ui, then http://127.0.0.1:5000")
 
 
 RUN_NAME_HELP = "MLflow run name (default: the config's file name)."
@@ -413,10 +426,39 @@ def pipeline(
     config: Path = typer.Option(Path("configs/pipeline.yaml"), help="A pipeline config."),
 ) -> None:
     """Flow: data → warm-up → discriminator SFT → joint RL → benchmark → promotion (resumable)."""
-    cfg = load_pipeline(config)
-    from advrag.flows.pipeline import pipeline as flow
+    run_pipeline(config)
 
-    flow(cfg)
+
+@app.command()
+def demo(config: Path = typer.Option(Path("configs/pipeline-demo.yaml"),
+                                     help="A pipeline config.")) -> None:
+    """The main job (`make demo`): the pipeline at demo scale, on the CPU."""
+    run_pipeline(config)
+
+
+def run_pipeline(path: Path) -> None:
+    """The pipeline on ``path``: its stages' bars, its table and where to look on the terminal,
+    everything else in a log file (``advrag.common.console``), logged to the pipeline's run."""
+    cfg = load_pipeline(path)
+    from advrag.common import console
+
+    with console.session("pipeline", until_exit=True) as session:
+        session.say(f"advrag pipeline {path} (everything but the stages: {session.log_path})")
+        from advrag.flows.pipeline import pipeline as flow
+        from advrag.tasks import tracking
+
+        result = flow(cfg)
+        tracking.log_file(result["run_id"], session.log_path, "logs")
+        session.say(f"\n{result['table']}\n\n"
+                    f"{where_to_look(cfg.experiment, result['run_id'], session.log_path)}")
+
+
+def where_to_look(experiment: str, run_id: str, log_path: Path) -> str:
+    """The lines after the pipeline's table: its MLflow run, the UIs, the log."""
+    return (f"MLflow: experiment {experiment}, run {run_id}\n"
+            "UIs: make ui (or advrag ui), then MLflow at http://127.0.0.1:5000 and Prefect at "
+            "http://127.0.0.1:4200\n"
+            f"Log: {log_path} (also in the run's artifacts, logs/{log_path.name})")
 
 
 def load_pipeline(path: Path):
@@ -434,15 +476,6 @@ def load_pipeline(path: Path):
                    err=True)
         raise typer.Exit(2)
     return cfg
-
-
-@app.command()
-def demo(config: Path = typer.Option(Path("configs/demo.yaml"), help=CONFIG_HELP)) -> None:
-    """The main job: prepare the data, then benchmark all methods with SmolLM2."""
-    cfg = load(config, "demo")
-    from advrag.flows.demo import demo as flow
-
-    flow(cfg)
 
 
 NIGHTLY_CONFIG = typer.Option(Path("configs/nightly.yaml"), help="Nightly config (configs/nightly.yaml).")

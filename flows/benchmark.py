@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
+from advrag.common import console
 from advrag.config import BenchmarkConfig
 from advrag.tasks import benchmark as bench
 from advrag.tasks import data, tracking
@@ -22,11 +23,14 @@ def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benc
         generators = bench.load_generator(config)
         retriever = bench.load_retriever(config) if needs_retrieval(config) else None
         results, out = {}, (config.predictions_dir / run_id).absolute()
-        for name, records in questions.items():
-            for method in config.methods:
-                rows = bench.evaluate(method, name, records, generators, retriever, config)
-                results[(method, name)] = bench.save_method_results(out, method, name, rows,
-                                                                    config.seed)
+        total = len(config.methods) * sum(map(len, questions.values()))
+        with console.progress(f"benchmark {run_name}", total, "questions") as bar:
+            for name, records in questions.items():
+                for method in config.methods:
+                    rows = bench.evaluate(method, name, records, generators, retriever, config,
+                                          bar.update)
+                    results[(method, name)] = bench.save_method_results(out, method, name, rows,
+                                                                        config.seed)
         table = bench.write_results_table(out, results)
         print(table)
         bench.log_results(run_id, out, results, table)

@@ -14,6 +14,8 @@ The `nightly` flow is this pipeline on the night's config.
 
 from __future__ import annotations
 
+import json
+
 from prefect import flow
 
 from advrag.config import DiscriminatorSFTConfig, PipelineConfig, config_hash, load_config
@@ -53,7 +55,7 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
         summary = report(run_id, trained, judge, decision)
     print(summary)
     return {"run_id": run_id, "data_version": digest, "trained": trained,
-            "discriminator": judge, "decision": decision, "decisions": decisions}
+            "discriminator": judge, "decision": decision, "decisions": decisions, "table": summary}
 
 
 def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
@@ -143,11 +145,14 @@ def jsonable(result: dict) -> dict:
 
 
 def report(run_id: str, trained: dict, judge: dict | None, decision: dict) -> str:
-    """The pipeline's table (logged as ``pipeline.md``): reasoner before/after, judge, decision."""
+    """The pipeline's table (logged as ``pipeline.md``): reasoner before/after, judge, decision;
+    the numbers behind it are logged as ``pipeline.json`` (what `bench_demo.py` records)."""
     from advrag.evaluation.reports import pipeline_markdown
 
     text = pipeline_markdown(trained, judge, decision)
     tracking.log_text(run_id, text, "pipeline.md")
+    numbers = {"trained": trained, "judge": judge, "decision": decision}
+    tracking.log_text(run_id, json.dumps(numbers, indent=2, default=str), "pipeline.json")
     return text
 
 

@@ -11,6 +11,7 @@ import time
 
 from prefect import flow
 
+from advrag.common import console
 from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
@@ -103,16 +104,20 @@ def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int
     one: ``steps``, or the update that spends ``max_train_minutes``.
     """
     config, history, started = recipe.config, [], time.perf_counter()
+    bar = console.progress(f"{recipe.name} RL", config.steps, "updates", initial=first_step)
     for step in range(first_step, config.steps):
         metrics = rl.train_step(recipe, retriever, step, records)
         tracking.log_metrics(run_id, metrics, step=step)
         history.append({"step": step, **metrics})
         print(f"update {step + 1}/{config.steps}: {recipe.describe(metrics)}")
+        bar.set_postfix_str(recipe.describe(metrics), refresh=False)
+        bar.update()
         last = step + 1 == config.steps or rl.budget_spent(started, config.max_train_minutes)
         if (step + 1) % config.checkpoint_every == 0 or last:
             rl.save_checkpoint(recipe, run_id, step + 1)
         if last:
             break
+    bar.close()
     return history
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from tqdm.auto import tqdm
 
 from advrag.common.fileio import atomic_write_text
 from advrag.config import BenchmarkConfig
@@ -62,14 +62,18 @@ def load_questions(source: str, config: BenchmarkConfig) -> list[QARecord]:
 
 @task(cache_policy=NO_CACHE)
 def evaluate(method: str, dataset: str, records: list[QARecord], generators: Generators, retriever,
-             config: BenchmarkConfig) -> list[dict]:
-    """Run one method over the questions in batches (progress bar); score each."""
+             config: BenchmarkConfig, answered: Callable[[int], object] | None = None
+             ) -> list[dict]:
+    """Run one method over the questions in batches, calling ``answered(n)`` (a progress
+    bar's ``update``) after each batch of ``n``; score each."""
     recorder = methods.RecordingRetriever(retriever)
     outputs: list[methods.MethodOutput] = []
     step = config.batch_size
-    for start in tqdm(range(0, len(records), step), desc=f"{method} on {dataset}", unit="batch"):
+    for start in range(0, len(records), step):
         questions = [r.question for r in records[start:start + step]]
         outputs += methods.run_method(method, questions, generators, recorder, config)
+        if answered is not None:
+            answered(len(questions))
     return scoring.score_rows(records, outputs)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from advrag.common import console
 from advrag.config import DiscriminatorSFTConfig
 from advrag.datasets.records import QARecord
 from advrag.tasks import tracking
@@ -110,15 +111,19 @@ def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer, max_toke
 
 
 def _train_epoch(policy, optimizer, tokenizer, examples: list, config: DiscriminatorSFTConfig,
-                 epoch: int) -> list[dict[str, float]]:
-    """One pass over ``examples`` in the epoch's seeded order; each step's metrics."""
+                 epoch: int, bar) -> list[dict[str, float]]:
+    """One pass over ``examples`` in the epoch's seeded order, counted on ``bar``; each
+    step's metrics."""
     from advrag.engines.local.sft import batches_of, sft_step
     from advrag.engines.local.tokenize import encode_trajectories
 
     sft = config.sft.model_copy(update={"epochs": 1, "seed": config.sft.seed + epoch})
-    return [sft_step(policy, optimizer, encode_trajectories(
-        [examples[i] for i in rows], tokenizer, max_len=sft.max_seq_len).to(policy.device), sft)
-        for rows in batches_of(len(examples), sft)]
+    history = []
+    for rows in batches_of(len(examples), sft):
+        history.append(sft_step(policy, optimizer, encode_trajectories(
+            [examples[i] for i in rows], tokenizer, max_len=sft.max_seq_len).to(policy.device), sft))
+        bar.update(len(rows))
+    return history
 
 
 @task(cache_policy=NO_CACHE)
@@ -140,20 +145,22 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
                    for s in ("train", "heldout"))
     optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
     best, best_epoch, step, adapter = math.inf, 0, 0, config.checkpoint_dir / "adapter"
-    for epoch in range(config.sft.epochs):
-        for metrics in _train_epoch(policy, optimizer, tokenizer, train, config, epoch):
-            tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in metrics.items()}, step=step)
-            step += 1
-        loss = judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
-                             micro_batch_size=config.sft.micro_batch_size)
-        tracking.log_metrics(run_id, {"sft/heldout_loss": loss}, step=epoch)
-        print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out loss {loss:.4f}")
-        if loss < best:
-            best, best_epoch = loss, epoch
-            with atomic_dir(adapter) as tmp:
-                policy.save_weights(tmp)
-        elif epoch - best_epoch >= config.patience:
-            break
+    with console.progress("discriminator SFT", len(train) * config.sft.epochs, "slices") as bar:
+        for epoch in range(config.sft.epochs):
+            for metrics in _train_epoch(policy, optimizer, tokenizer, train, config, epoch, bar):
+                tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in metrics.items()}, step=step)
+                step += 1
+            loss = judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
+                                 micro_batch_size=config.sft.micro_batch_size)
+            tracking.log_metrics(run_id, {"sft/heldout_loss": loss}, step=epoch)
+            print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out loss {loss:.4f}")
+            bar.set_postfix_str(f"held-out loss {loss:.3f}", refresh=False)
+            if loss < best:
+                best, best_epoch = loss, epoch
+                with atomic_dir(adapter) as tmp:
+                    policy.save_weights(tmp)
+            elif epoch - best_epoch >= config.patience:
+                break
     policy.load_weights(adapter)
     return {"best_epoch": float(best_epoch + 1), "heldout_loss": best, "epochs_run": float(epoch + 1)}
 

@@ -248,6 +248,11 @@ def log_artifacts(run_id: str, local_dir: Path, artifact_path: str) -> None:
     client().log_artifacts(run_id, str(local_dir), artifact_path=f"{artifact_path}/{Path(local_dir).name}")
 
 
+def log_file(run_id: str, path: Path, artifact_path: str) -> None:
+    """Copy one local file (e.g. a command's log) to ``artifact_path/<file name>``."""
+    client().log_artifact(run_id, str(path), artifact_path=artifact_path)
+
+
 def set_model_version_tags(name: str, version: str, tags: dict[str, str]) -> None:
     """Tag a registered model version (benchmark results, provenance)."""
     for key, value in tags.items():

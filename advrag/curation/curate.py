@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from advrag.agents.types import Trajectory
+from advrag.common import console
 from advrag.common.fileio import atomic_dir, atomic_write_text
 from advrag.core.metrics import normalize_answer
 from advrag.core.rewards import ANSWER_METRICS
@@ -102,15 +101,14 @@ def estimate_scores(records: Sequence[QARecord], rollout: Rollout, cache: ScoreC
         raise ValueError(f"k (rollouts per question) must be >= 1, got {k}")
     score_fn = ANSWER_METRICS[metric]
     pending = [r for r in records if question_key(r) not in cache.scores]
-    bar = tqdm(total=len(records), initial=len(records) - len(pending), unit="question",
-               desc=f"difficulty (k={k})", disable=None)
-    for start in range(0, len(pending), batch_questions):
-        batch = pending[start:start + batch_questions]
-        trajectories = rollout([r for r in batch for _ in range(k)])
-        cache.add([_score(r, trajectories[i * k:(i + 1) * k], score_fn)
-                   for i, r in enumerate(batch)])
-        bar.update(len(batch))
-    bar.close()
+    done = len(records) - len(pending)
+    with console.progress("curation", len(records) * k, "rollouts", initial=done * k) as bar:
+        for start in range(0, len(pending), batch_questions):
+            batch = pending[start:start + batch_questions]
+            trajectories = rollout([r for r in batch for _ in range(k)])
+            cache.add([_score(r, trajectories[i * k:(i + 1) * k], score_fn)
+                       for i, r in enumerate(batch)])
+            bar.update(len(trajectories))
     return [cache.scores[question_key(r)] for r in records]
 
 

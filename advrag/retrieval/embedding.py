@@ -13,6 +13,19 @@ Families (prefixes prepended to the raw text):
   no instruction, pass ``family="plain"`` for it).
 The family comes from ``family=`` or, failing that, from an ``e5``/``bge``
 token in the spec (``intfloat/e5-base-v2`` → e5, ``BAAI/bge-small-en-v1.5`` → bge).
+
+The DVC ``embed`` stage runs on the CPU with :data:`REPRODUCIBLE_CPU_KERNELS`
+(``pin_cpu_kernels``), so its output, and the hash ``dvc.lock`` records for it, is the
+same on every x86-64 CPU with AVX2. Left to choose, torch, MKL and oneDNN each take the
+widest kernels a CPU has (AVX-512 on one, AVX2 on another, Intel- or AMD-specific paths
+in MKL), and the embeddings' low bits follow the CPU: on 256 passages, torch's AVX2 and
+AVX-512 kernels on one CPU gave 94% of the values different, by up to 1.2e-7. Rounding
+would not remove that: a value near a rounding step still lands on either side (to 4
+decimals, 23 of the 98,304 values still differed; to 3, up to 1). The pins: torch's
+AVX2 kernels, oneDNN's no wider than AVX2, MKL's conditional-numerical-reproducibility
+branch ``COMPATIBLE`` (the one Intel documents as giving the same bits on Intel and
+non-Intel CPUs, for a fixed thread count) and one thread. Queries are embedded with
+whatever kernels the process has: retrieval reads the index, it never rebuilds it.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 
@@ -37,6 +51,24 @@ FAMILY_PREFIXES: dict[str, tuple[str, str]] = {
     "bge": (BGE_QUERY_INSTRUCTION, ""),
 }
 DEFAULT_SPEC = "minilm"
+REPRODUCIBLE_CPU_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # torch's own kernels: the AVX2 build, even on AVX-512 CPUs
+    "MKL_CBWR": "COMPATIBLE",  # MKL's matmuls: the same code path on Intel and AMD
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's kernels (MiniLM's GELU): no AVX-512 ones
+    "OMP_NUM_THREADS": "1",  # MKL reproduces its results for a fixed number of threads
+    "MKL_NUM_THREADS": "1",
+    "MKL_DYNAMIC": "FALSE",
+    "OMP_DYNAMIC": "FALSE",
+}
+
+
+def pin_cpu_kernels() -> None:
+    """Make this process compute embeddings with :data:`REPRODUCIBLE_CPU_KERNELS` (module
+    docstring). The libraries read these settings once, so torch must not be imported yet."""
+    if "torch" in sys.modules:
+        raise RuntimeError("pin_cpu_kernels() must run before torch is imported: torch, MKL "
+                           "and oneDNN pick their kernels once per process")
+    os.environ.update(REPRODUCIBLE_CPU_KERNELS)
 
 
 def resolve_model_path(spec: str) -> str:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from advrag.agents.types import Trajectory
+from advrag.common import console
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.sft import SFTConfig, batches_of, nll_loss, sft_step, supervised_finetune
 from advrag.engines.local.tokenize import encode_trajectories
@@ -75,3 +76,16 @@ def test_no_demonstrations_is_a_clear_error(tiny_policy_dir):
     policy, tokenizer = _policy(tiny_policy_dir)
     with pytest.raises(ValueError, match="no demonstrations"):
         supervised_finetune(policy, tokenizer, [], SFTConfig())
+
+
+def test_the_warm_up_bar_counts_demonstrations_over_the_epochs(tiny_policy_dir, tmp_path, capfd):
+    """4 demonstrations, 2 epochs, batches of 3: 8 rows cut 3 + 3 + 2, three updates, and the
+    bar ends at 8 of 8 demonstrations."""
+    policy, tokenizer = _policy(tiny_policy_dir)
+    capfd.readouterr()  # the model's loading, before the session
+    with console.session("sft", log_dir=tmp_path):
+        history = supervised_finetune(policy, tokenizer, _demos(), SFTConfig(epochs=2, batch_size=3))
+    assert len(history) == 3
+    drawn = capfd.readouterr().err.rstrip("\n").split("\r")
+    assert [line.split()[0] for line in drawn if line] == ["warm-up", "warm-up"]  # start, end
+    assert " 0/8 demonstrations [" in drawn[1] and " 8/8 demonstrations [" in drawn[2]

@@ -25,7 +25,7 @@ TYPO = {"adversarial-rl": "recipe: arr\noptim: {lr_rate: 1.0e-5}\n",
         "nightly": "promotion: {lr_rate: 1.0e-5}\n",
         "promote": "promotion: {lr_rate: 1.0e-5}\n",
         "rollback": "promotion: {lr_rate: 1.0e-5}\n",
-        "demo": "benchmark: {lr_rate: 1.0e-5}\n",
+        "demo": "promotion: {lr_rate: 1.0e-5}\n",
         "prepare-data": "benchmark: {lr_rate: 1.0e-5}\n",
         "benchmark": "benchmark: {lr_rate: 1.0e-5}\n",
         "train": "optim: {lr_rate: 1.0e-5}\n"}

@@ -14,9 +14,9 @@ import random
 from collections.abc import Callable, Sequence
 
 import torch
-from tqdm import tqdm
 
 from advrag.agents.types import Trajectory
+from advrag.common import console
 from advrag.config.engine import SFTConfig
 from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy, adamw
@@ -75,14 +75,15 @@ def supervised_finetune(
     optimizer = adamw(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
     history = []
     batches = batches_of(len(demonstrations), config)
-    progress = tqdm(batches, desc="SFT warm-up", unit="step", disable=None)  # off when not a tty
-    for step, rows in enumerate(progress):
-        batch = encode_trajectories(
-            [demonstrations[i] for i in rows], tokenizer, max_len=config.max_seq_len
-        ).to(policy.device)
-        metrics = sft_step(policy, optimizer, batch, config)
-        history.append(metrics)
-        progress.set_postfix(loss=f"{metrics['loss']:.3f}")
-        if on_step is not None:
-            on_step(step, metrics)
+    with console.progress("warm-up", sum(map(len, batches)), "demonstrations") as bar:
+        for step, rows in enumerate(batches):
+            batch = encode_trajectories(
+                [demonstrations[i] for i in rows], tokenizer, max_len=config.max_seq_len
+            ).to(policy.device)
+            metrics = sft_step(policy, optimizer, batch, config)
+            history.append(metrics)
+            bar.set_postfix_str(f"loss {metrics['loss']:.3f}", refresh=False)
+            bar.update(len(rows))
+            if on_step is not None:
+                on_step(step, metrics)
     return history
