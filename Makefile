@@ -79,6 +79,7 @@ demo: install
 # broken link or a results table that cannot be generated fails the tests.
 test: install vllm
 	.ci/lint_imports
+	$(PY) bench/results_tables.py --readme
 	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q tests
 
@@ -113,8 +114,9 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/steps/bench_trl.py --cpu-bf16
 	$(PY) bench/steps/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
 	$(PY) bench/steps/bench_cost_growth.py
-	$(PY) bench/jobs/bench_demo.py
+	$(PY) bench/jobs/bench_demo.py --fresh
 	$(PY) bench/learning/bench_ur2.py
+	$(PY) bench/results_tables.py --readme
 	$(PY) -m mkdocs build --strict --site-dir site
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.

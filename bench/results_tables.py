@@ -5,7 +5,9 @@ A docs page asks for a table with a marker, ``<!-- results: FILE.json -->`` (or
 ``on_page_markdown`` (``hooks:`` in ``mkdocs.yml``) replaces it with the table and a line
 naming the file and the machine it was measured on, at every build. A marker whose file is
 missing, or whose kind has no table here, fails the build. ``python bench/results_tables.py
-FILE...`` prints the tables of results files, to see one before writing its marker.
+FILE...`` prints the tables of results files, to see one before writing its marker. The README,
+plain Markdown that nothing builds, holds generated blocks instead (the marker, the table, then
+``<!-- /results -->``): ``--readme`` makes them again, and a test fails when one is stale.
 
 A file's kind is its name up to the first ``-`` (``update-amx.json`` is an ``update``), except
 the UR² reports, told apart by their keys. Each kind has one function below that turns a report
@@ -24,6 +26,10 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MARKER = re.compile(r"<!--\s*results:\s*(?P<file>[\w.\-]+\.json)(?:\s+(?P<view>\w+))?\s*-->")
+END = "<!-- /results -->"
+BLOCK = re.compile(r"(?P<marker><!--\s*results:\s*(?P<file>[\w.\-]+\.json)(?:\s+(?P<view>\w+))?"
+                   r"\s*-->)\n.*?" + re.escape(END), re.S)
+README = Path(__file__).resolve().parents[1] / "README.md"
 Table = tuple[list[str], list[list[str]]]
 
 WORKLOADS = {  # bench/runtime: what each child process times
@@ -314,6 +320,20 @@ def demo_table(report: dict) -> Table:
               num(report["peak_rss_gib"]), report.get("demo_allocator", "not recorded")]])
 
 
+def demo_pipeline_table(report: dict) -> Table:
+    """bench/jobs/bench_demo.py: the reasoner the demo's pipeline printed, per stage, on its
+    held-out questions (greedy Search-R1)."""
+    rows = []
+    for stage, label in (("base", "untrained base"), ("warmup", "after the SFT warm-up"),
+                         ("trained", "after joint RL")):
+        for s in report["pipeline"]["trained"].get(stage, {}).values():
+            rows.append([label, f"{s['n']:.0f}", interval(s["em"], [s["em_lo"], s["em_hi"]]),
+                         interval(s["f1"], [s["f1_lo"], s["f1_hi"]]),
+                         f"{s['format_errors']:.2f}", f"{s['n_searches']:.2f}"])
+    return (["reasoner", "questions", "EM [95% CI]", "F1 [95% CI]", "format errors", "searches"],
+            rows)
+
+
 def nightly_table(report: dict) -> Table:
     """bench/jobs/bench_nightly.py: each night's wall time and Prefect's share of it."""
     return (["night", "wall s", "task runs", "slowest task", "alias", "Prefect's share (bound)"],
@@ -428,7 +448,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "rollout_precision": rollout_precision_table, "generation": generation_table,
     "rollout": rollout_table, "allocator": allocator_table, "omp_wait": omp_wait_table,
     "retrieval": retrieval_table, "retrieval:embedder": retrieval_embedder_table,
-    "demo": demo_table, "nightly": nightly_table, "ui": ui_table, "warmup": warmup_table,
+    "demo": demo_table, "demo:pipeline": demo_pipeline_table, "nightly": nightly_table, "ui": ui_table, "warmup": warmup_table,
     "arr_compare": arr_compare_table, "learning": learning_table, "ur2_run": ur2_run_table,
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
@@ -467,6 +487,14 @@ def expand(text: str, results: Path = RESULTS) -> str:
     return MARKER.sub(lambda m: render(m["file"], m["view"], results), text)
 
 
+def refresh(text: str, results: Path = RESULTS) -> str:
+    """``text`` (the README) with each generated block — a results marker, then the table up to
+    ``<!-- /results -->`` — made again from its file: the README is plain Markdown, not built."""
+    def block(m: re.Match) -> str:
+        return f"{m['marker']}\n{render(m['file'], m['view'], results)}\n{END}"
+    return BLOCK.sub(block, text)
+
+
 def on_page_markdown(markdown_text: str, page, config, files) -> str:
     """mkdocs hook: the page's results markers become tables at every build."""
     return expand(markdown_text)
@@ -474,9 +502,13 @@ def on_page_markdown(markdown_text: str, page, config, files) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", help="results file names under bench/results/")
+    parser.add_argument("files", nargs="*", help="results file names under bench/results/")
     parser.add_argument("--view", help="another view of the files (e.g. paired, by_group)")
+    parser.add_argument("--readme", action="store_true", help="make the README's generated "
+                        "blocks again from their results files")
     args = parser.parse_args()
+    if args.readme:
+        README.write_text(refresh(README.read_text()))
     for name in args.files:
         print(render(Path(name).name, args.view) + "\n")
 

@@ -1,4 +1,4 @@
-"""Wall time and peak memory of the demo job (what `make demo` runs after installing).
+"""Wall time, peak memory and the table of the demo job (what `make demo` runs after installing).
 
     python bench/jobs/bench_demo.py [--repeats 1] [--config configs/pipeline-demo.yaml] [--fresh]
 
@@ -7,23 +7,29 @@ first (processed/, .mlflow/, .cache/advrag/ but the converted model), so the DVC
 stages, the MLflow schema migration, the warm-up and every stage are included,
 as on a first run.
 Peak memory is the largest resident set of the demo process or any process it
-waited for (DVC stage commands included).
+waited for (DVC stage commands included). The numbers behind the pipeline's table (its
+``pipeline.json`` in MLflow) go into the report too: the README's demo table is generated from
+them (``python bench/results_tables.py --readme``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from reporting import write_report
+
+from advrag.config import PipelineConfig, load_config
 
 
 def run_once(config: str, fresh: bool) -> float:
@@ -35,6 +41,21 @@ def run_once(config: str, fresh: bool) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "advrag.cli", "pipeline", "--config", config], check=True)
     return time.perf_counter() - start
+
+
+def last_pipeline(experiment: str) -> dict:
+    """The numbers behind the table of the newest pipeline run of ``experiment`` in the project's
+    MLflow store (its ``pipeline.json``): what the README's demo table is generated from."""
+    from advrag.tasks import tracking
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    tracking.configure()
+    client = tracking.client()
+    found = client.get_experiment_by_name(experiment)
+    newest = client.search_runs([found.experiment_id], "attributes.run_name = 'pipeline'",
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    path = client.download_artifacts(newest.info.run_id, "pipeline.json", tempfile.mkdtemp())
+    return json.loads(Path(path).read_text())
 
 
 def demo_allocator() -> str:
@@ -62,6 +83,7 @@ def main() -> None:
         "peak_rss_gib": peak_gib,
         "fresh": args.fresh,
         "demo_allocator": demo_allocator(),
+        "pipeline": last_pipeline(load_config(args.config, PipelineConfig).experiment),
     }
     write_report(args.out, result)
     print(

@@ -81,3 +81,44 @@ def test_every_committed_results_file_a_page_names_renders(tables):
     assert markers
     for marker in markers:
         assert tables.render(marker["file"], marker["view"]).count("\n|") >= 2
+
+
+def demo_report() -> dict:
+    """A demo report as bench_demo.py writes it: the pipeline's numbers for two stages."""
+    scored = {"n": 24, "em": 0.25, "em_lo": 0.1, "em_hi": 0.4, "f1": 0.3, "f1_lo": 0.125,
+              "f1_hi": 0.5, "format_errors": 0.08, "n_searches": 1.5}
+    return {"config": "configs/pipeline-demo.yaml", "wall_s": [300.0], "median_wall_s": 300.0,
+            "peak_rss_gib": 9.0, "fresh": True, "cpu": "Chip (2 cores; avx2)",
+            "pipeline": {"trained": {"warmup": {"search_r1/world": scored},
+                                     "trained": {"search_r1/world": scored | {"em": 0.5}}},
+                         "judge": None, "decision": {}}}
+
+
+def test_the_demo_table_lists_the_reasoner_per_stage(tables, tmp_path):
+    (tmp_path / "demo-test.json").write_text(json.dumps(demo_report()))
+    table = tables.render("demo-test.json", "pipeline", results=tmp_path).splitlines()
+    assert table[0] == ("| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | "
+                        "searches |")
+    assert table[2] == ("| after the SFT warm-up | 24 | 0.250 [0.100, 0.400] | "
+                        "0.300 [0.125, 0.500] | 0.08 | 1.50 |")
+    assert table[3].startswith("| after joint RL | 24 | 0.500 [0.100, 0.400] |")
+    assert len(table) == 6  # header, rule, two stages, a blank line, the source line
+
+
+def test_the_readmes_blocks_are_made_again_from_their_files(tables, tmp_path):
+    (tmp_path / "demo-test.json").write_text(json.dumps(demo_report()))
+    stale = ("Intro.\n<!-- results: demo-test.json pipeline -->\n| old | table |\n"
+             "<!-- /results -->\nOutro.\n")
+    fresh = tables.refresh(stale, tmp_path)
+    assert "| old | table |" not in fresh and "| after joint RL | 24 |" in fresh
+    assert fresh.startswith("Intro.\n<!-- results: demo-test.json pipeline -->\n| reasoner |")
+    assert fresh.endswith("<!-- /results -->\nOutro.\n")
+    assert tables.refresh(fresh, tmp_path) == fresh  # nothing left to change
+
+
+def test_the_readme_is_as_its_results_files_say(tables):
+    """The README's generated blocks (the demo's table) are what their results files give:
+    `python bench/results_tables.py --readme` after a benchmark writes them."""
+    text = tables.README.read_text()
+    assert tables.BLOCK.search(text), "the README has no generated block"
+    assert tables.refresh(text) == text
