@@ -1,0 +1,94 @@
+"""REX-RAG's policy correction (REX-RAG §3, eq. 6), in the form its released code trains with.
+
+A batch mixes policy trajectories with *probes*: a failed trajectory's prefix, an inserted
+exploration prompt from a pool, and the policy's continuation. The clipped PPO ratio of every
+response token is taken against a mixture behaviour policy instead of ``π_old``::
+
+    log μ_mix = log((1 − a)·π_old + a·μ)            (``behaviour_log_prob``)
+
+with ``a`` the kept probes' share of the batch and ``μ`` the probe policy's probability of the
+token: 0 on a policy trajectory (the mixture is then ``(1 − a)·π_old``); on a probe,
+``π_old · z^(−1/j)`` on its ``j`` prefix tokens (``probe_prefix_prob``; ``z`` = 1 − the batch's
+accuracy of policy trajectories, how likely a trajectory was to fail and be probed at all,
+spread over the prefix), the pool's own next-token distribution on the inserted prompt tokens
+(``pool_next_token_probs``) and ``π_old`` after the prompt.
+
+How this departs from the paper: eq. 6 writes the balance-heuristic weight
+``(1 + α)·π_θ / (π_θ + α·π_ε)`` per token; the release (and this module) puts the same mixture
+in the denominator of the PPO ratio ``π_θ / μ_mix``, with ``a = α / (1 + α)``, so the clipping
+applies to the corrected ratio. Probabilities here are plain probabilities (not log-probs)
+where the probe policy can be 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def behaviour_log_prob(old_log_prob: Tensor, probe_prob: Tensor, probe_share: float) -> Tensor:
+    """``log((1 − probe_share)·exp(old_log_prob) + probe_share·probe_prob)``, elementwise.
+
+    ``old_log_prob``: ``log π_old`` of each token, any shape; ``probe_prob``: ``μ`` of each token
+    (same shape, in [0, ∞): 0 on policy trajectories); ``probe_share``: ``a`` in [0, 1]. Computed
+    in log space (``logaddexp``), so ``a = 0`` gives ``old_log_prob`` exactly and ``μ = 0`` gives
+    ``log(1 − a) + old_log_prob`` without underflow.
+    """
+    if not 0.0 <= probe_share <= 1.0:
+        raise ValueError(f"probe_share = {probe_share!r} is not a share in [0, 1]")
+    if old_log_prob.shape != probe_prob.shape:
+        raise ValueError(f"old_log_prob {tuple(old_log_prob.shape)} and probe_prob "
+                         f"{tuple(probe_prob.shape)} must have one shape")
+    if bool((probe_prob < 0).any()):
+        raise ValueError("probe_prob holds a negative probability")
+    policy_part = old_log_prob + _log(1.0 - probe_share)
+    probe_part = torch.log(probe_prob.to(old_log_prob.dtype)) + _log(probe_share)
+    return torch.logaddexp(policy_part, probe_part)
+
+
+def pool_next_token_probs(pool: Sequence[Sequence[int]], inserted: Sequence[int]) -> list[float]:
+    """The pool's next-token probability of each token of ``inserted`` (one of ``pool``'s prompts).
+
+    At position ``t``: among the pool's prompts that start with ``inserted[:t]`` and are longer
+    than ``t``, the share whose token ``t`` is ``inserted[t]`` (at ``t = 0`` every prompt is a
+    candidate): the probability that drawing a prompt uniformly from the pool, given the tokens
+    so far, continues with this token.
+    """
+    prompts = [list(p) for p in pool]
+    inserted = list(inserted)
+    if inserted not in prompts:
+        raise ValueError("inserted is not one of the pool's prompts")
+    probs = []
+    for t, token in enumerate(inserted):
+        candidates = [p for p in prompts if len(p) > t and p[:t] == inserted[:t]]
+        probs.append(sum(p[t] == token for p in candidates) / len(candidates))
+    return probs
+
+
+def probe_prefix_prob(old_log_prob: Tensor, failure_rate: float) -> Tensor:
+    """``exp(old_log_prob) / failure_rate^(1/j)`` for the ``j`` tokens of a probe's prefix
+    (``j`` = the length of ``old_log_prob``, shape ``(j,)``).
+
+    The prefix was sampled by the policy, then probed because the trajectory failed, which
+    happens with probability ``failure_rate`` (``z``, in (0, 1]); dividing each of the ``j``
+    tokens by ``z^(1/j)`` spreads that over the prefix, so the product over the prefix is
+    ``π_old(prefix) / z``.
+    """
+    if not 0.0 < failure_rate <= 1.0:
+        raise ValueError(f"failure_rate = {failure_rate!r} must lie in (0, 1]: with no failed "
+                         "policy trajectory nothing is probed")
+    if old_log_prob.dim() != 1:
+        raise ValueError(f"old_log_prob must be one probe's prefix, shape (j,), got "
+                         f"{tuple(old_log_prob.shape)}")
+    j = old_log_prob.shape[0]
+    if j == 0:
+        return old_log_prob.exp()
+    return (old_log_prob - math.log(failure_rate) / j).exp()
+
+
+def _log(x: float) -> float:
+    """``log x`` with ``log 0 = −inf`` (a share of 0 drops its part of the mixture)."""
+    return math.log(x) if x > 0 else -math.inf
