@@ -79,7 +79,6 @@ demo: install
 # broken link or a results table that cannot be generated fails the tests.
 test: install vllm
 	.ci/lint_imports
-	$(PY) bench/results_tables.py --readme
 	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q tests
 
