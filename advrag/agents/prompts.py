@@ -16,6 +16,8 @@
     in ``advrag.agents.arr``); the paper does not say how it is serialised.
 - CoT (no retrieval) and naive RAG (top-k documents, then answer) baselines.
 - The hint shown after a UR² summariser fallback (App. C.4), verbatim.
+- REX-RAG's exploration pool (``exploration_prompts.txt``): 30 doubt and re-examination
+  prompts in our own words (the release's pool is not copied).
 
 Documents are printed by ``advrag.common.types.format_docs`` (UR²'s summariser
 prints them the same way) and the summariser's fallback message is
@@ -154,3 +156,21 @@ def direct_reasoning_prompt(question: str) -> str:
     """User message for UR²'s direct step-by-step reasoning items (task mixing, §3.1.2):
     the think/answer half of the Search-R1 tag grammar, no search."""
     return DIRECT_REASONING_TEMPLATE.format(question=question)
+
+
+EXPLORATION_PROMPTS = "exploration_prompts.txt"
+"""REX-RAG's pool of exploration prompts (our own words), one a line, beside this module."""
+
+
+def exploration_pool(size: int) -> list[str]:
+    """The first ``size`` prompts of REX-RAG's exploration pool (the paper's ablation compares
+    pools of 5, 15 and 30): what a probe inserts after a failed trajectory's removed answer."""
+    from importlib.resources import files
+
+    text = files("advrag.agents").joinpath(EXPLORATION_PROMPTS).read_text(encoding="utf-8")
+    prompts = [line.strip() for line in text.splitlines()
+               if line.strip() and not line.startswith("#")]
+    if not 1 <= size <= len(prompts):
+        raise ValueError(f"exploration pool size {size}: choose 1 to {len(prompts)} "
+                         "(the paper's ablation: 5, 15, 30)")
+    return prompts[:size]

@@ -70,3 +70,14 @@ def test_the_probe_prefix_spreads_the_failure_rate_over_its_tokens():
         probe_prefix_prob(old, 0.0)
     with pytest.raises(ValueError, match="shape"):
         probe_prefix_prob(old.reshape(1, 2), 0.5)
+
+
+def test_the_exploration_pools_nest_and_hold_distinct_prompts():
+    from advrag.agents.prompts import exploration_pool
+
+    small, medium, full = exploration_pool(5), exploration_pool(15), exploration_pool(30)
+    assert (len(small), len(medium), len(full)) == (5, 15, 30)
+    assert full[:15] == medium and medium[:5] == small  # a smaller pool is a prefix
+    assert len(set(full)) == 30 and not any(p.startswith("#") for p in full)
+    with pytest.raises(ValueError, match="choose 1 to 30"):
+        exploration_pool(31)
