@@ -13,6 +13,11 @@ accuracy of policy trajectories, how likely a trajectory was to fail and be prob
 spread over the prefix), the pool's own next-token distribution on the inserted prompt tokens
 (``pool_next_token_probs``) and ``π_old`` after the prompt.
 
+Before the update, the trajectory filter keeps only the probes the current policy finds most
+natural: ranked by the mean old log-prob of their inserted prompt tokens (``probe_ranking``),
+the top ``probes_to_keep`` stay; the keep ratio follows the probes' accuracy by an exponential
+average (``updated_keep_ratio``).
+
 How this departs from the paper: eq. 6 writes the balance-heuristic weight
 ``(1 + α)·π_θ / (π_θ + α·π_ε)`` per token; the release (and this module) puts the same mixture
 in the denominator of the PPO ratio ``π_θ / μ_mix``, with ``a = α / (1 + α)``, so the clipping
@@ -87,6 +92,31 @@ def probe_prefix_prob(old_log_prob: Tensor, failure_rate: float) -> Tensor:
     if j == 0:
         return old_log_prob.exp()
     return (old_log_prob - math.log(failure_rate) / j).exp()
+
+
+def probe_ranking(prompt_log_probs: Sequence[Tensor]) -> list[int]:
+    """Probe indices, most likely first under the old policy: by the mean of each probe's
+    inserted-prompt token log-probs (shape ``(tokens,)`` each); ties keep the earlier probe first."""
+    means = []
+    for i, log_probs in enumerate(prompt_log_probs):
+        if log_probs.numel() == 0:
+            raise ValueError(f"probe {i} has no inserted prompt tokens to rank it by")
+        means.append(float(log_probs.float().mean()))
+    return sorted(range(len(means)), key=lambda i: -means[i])
+
+
+def probes_to_keep(keep_ratio: float, questions: int, group_size: int) -> int:
+    """How many probes the filter keeps in a step of ``questions`` × ``group_size`` policy
+    trajectories: ``keep_ratio`` of them, rounded to the nearest whole probe (halves up)."""
+    if not 0.0 <= keep_ratio <= 1.0:
+        raise ValueError(f"keep_ratio = {keep_ratio!r} is not a share in [0, 1]")
+    return math.floor(keep_ratio * questions * group_size + 0.5)
+
+
+def updated_keep_ratio(keep_ratio: float, probe_accuracy: float, weight: float = 0.1) -> float:
+    """The next step's keep ratio: an exponential average moving ``weight`` of the way from
+    ``keep_ratio`` towards the probes' accuracy this step."""
+    return (1.0 - weight) * keep_ratio + weight * probe_accuracy
 
 
 def _log(x: float) -> float:

@@ -81,3 +81,28 @@ def test_the_exploration_pools_nest_and_hold_distinct_prompts():
     assert len(set(full)) == 30 and not any(p.startswith("#") for p in full)
     with pytest.raises(ValueError, match="choose 1 to 30"):
         exploration_pool(31)
+
+
+def test_probes_rank_by_the_mean_log_prob_of_their_inserted_prompt():
+    from advrag.core.rex_rag import probe_ranking
+
+    probes = [torch.tensor([-1.0, -3.0]),  # mean -2.0
+              torch.tensor([-0.5]),  # mean -0.5
+              torch.tensor([-2.0, -2.0, -2.0]),  # mean -2.0, ties with probe 0: after it
+              torch.tensor([-4.0, 0.0])]  # mean -2.0 as well
+    assert probe_ranking(probes) == [1, 0, 2, 3]
+    with pytest.raises(ValueError, match="probe 1 has no inserted prompt tokens"):
+        probe_ranking([torch.tensor([-1.0]), torch.empty(0)])
+
+
+def test_how_many_probes_stay_and_how_the_ratio_moves():
+    from advrag.core.rex_rag import probes_to_keep, updated_keep_ratio
+
+    assert probes_to_keep(0.12, 2, 4) == 1  # 0.96 → 1
+    assert probes_to_keep(0.12, 4, 5) == 2  # 2.4 → 2
+    assert probes_to_keep(0.125, 4, 5) == 3  # 2.5 → 3 (halves up)
+    assert probes_to_keep(0.0, 8, 8) == 0
+    with pytest.raises(ValueError, match="keep_ratio"):
+        probes_to_keep(1.5, 2, 4)
+    assert updated_keep_ratio(0.12, 0.5) == pytest.approx(0.9 * 0.12 + 0.1 * 0.5)  # 0.158
+    assert updated_keep_ratio(0.2, 0.2) == pytest.approx(0.2)  # already at the accuracy
