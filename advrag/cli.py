@@ -58,6 +58,13 @@ def recipe_kinds() -> dict[str, type]:
     return {kind: recipe for recipe in RECIPES.values() for kind in (recipe.name, *recipe.aliases)}
 
 
+def recipe_names() -> list[str]:
+    """The recipes of the one table, in its order."""
+    from advrag.recipes import RECIPES
+
+    return list(RECIPES)
+
+
 def config_kinds() -> list[str]:
     """Every config kind: the flows', then the recipes' (``recipe_kinds``)."""
     return [*FLOW_KINDS, *recipe_kinds()]
@@ -314,7 +321,7 @@ RUN_NAME_HELP = "MLflow run name (default: the config's file name)."
 @app.command()
 def rl(
     config: Path = typer.Option(..., help="Config of any recipe; its `recipe:` picks it (one of "
-                                "advrag.recipes.RECIPES: grpo, arr, ur2, gar)."),
+                                f"{', '.join(recipe_names())})."),
     run_name: str | None = typer.Option(None, help=RUN_NAME_HELP),
     settings: list[str] = typer.Option(None, "--set", help=SET_HELP),
 ) -> None:
