@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,3 +72,10 @@ def matmul_peak_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) 
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times) / 1e9
 
+
+def child_json(command: list[str], env: dict[str, str] | None = None):
+    """Run ``command`` (a benchmark re-running itself for one mode, in a fresh process so modes
+    share no allocator, thread pool or compiled graph) and return the last JSON object or list it
+    printed on a line of its own; its other output (library logs) is passed over."""
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
+    return json.loads([line for line in out.splitlines() if line.startswith(("{", "["))][-1])

@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from advrag.common.fileio import atomic_write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from inputs import offline_world
+from reporting import child_json
 
 MODES = ["hf-fp32", "hf-bf16", "vllm-fp32", "vllm-bf16"]
 GROUP_SIZE = 4
@@ -167,11 +167,9 @@ def main() -> None:
     env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     result = previous_result(args)
     for mode in args.modes:
-        out = subprocess.run(child_command(mode, args), check=True, stdout=subprocess.PIPE,
-                             text=True, env=env).stdout
-        row = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-        row |= {"repeats": args.repeats, "grpo_steps_run": args.grpo_steps,
-                "load_avg_1min_after": os.getloadavg()[0]}
+        row = child_json(child_command(mode, args), env) | {
+            "repeats": args.repeats, "grpo_steps_run": args.grpo_steps,
+            "load_avg_1min_after": os.getloadavg()[0]}
         result["rows"] = [r for r in result["rows"] if r["mode"] != mode] + [row]
         atomic_write_text(args.out, [json.dumps(result, indent=2)])
         print(f"{mode}: done", flush=True)

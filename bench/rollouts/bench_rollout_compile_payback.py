@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from bench_rollout_replay import run_episode, search_r1_generators
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from inputs import offline_world
-from reporting import write_report
+from reporting import child_json, write_report
 
 VARIANTS = {"eager": "vllm-eager", "compiled-cold": "vllm-compiled",
             "compiled-warm": "vllm-compiled"}
@@ -67,8 +66,7 @@ def run_variant(name: str, args, cache: Path) -> dict:
                 "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor")}
     cmd = [sys.executable, __file__, "--variant", VARIANTS[name], "--batch", str(args.batch),
            "--rounds", str(args.rounds), "--model", args.model, "--index", str(args.index)]
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return child_json(cmd, env)
 
 
 def payback(eager: dict, compiled: dict, batch: int) -> dict:

@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,7 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from inputs import offline_world
-from reporting import write_report
+from reporting import child_json, write_report
 
 MODES = ["hf-bf16", "hf-fp16", "vllm-eager", "vllm-compiled"]
 ADAPTER_STD = 0.005  # LoRA A and B entries: a merged delta ~1 % of SmolLM2's weights
@@ -229,9 +227,7 @@ def main() -> None:
         return
     rows = []
     for mode in args.modes:
-        out = subprocess.run(child_command(mode, args), check=True, stdout=subprocess.PIPE,
-                             text=True, env=os.environ).stdout
-        rows += json.loads([line for line in out.splitlines() if line.startswith("[")][-1])
+        rows += child_json(child_command(mode, args))
         print(f"{mode}: done", flush=True)
     write_report(args.out, {"bench": "bench/rollouts/bench_rollout_replay.py", "model": args.model,
                             "batch": args.batch, "vllm_block_size": args.vllm_block_size,

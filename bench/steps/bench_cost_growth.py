@@ -23,14 +23,13 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from inputs import offline_world
-from reporting import write_report
+from reporting import child_json, write_report
 
 BASE = {"group_size": 4, "max_turns": 2, "trajectories": 16, "max_new_tokens": 64}
 SWEEP = {"group_size": [2, 4, 8], "max_turns": [1, 2, 4], "trajectories": [8, 16, 32],
@@ -135,9 +134,7 @@ def main() -> None:
         return
     rows = []
     for setting in settings_list(args.only):
-        out = subprocess.run(child_command(setting, args), check=True, stdout=subprocess.PIPE,
-                             text=True, env=os.environ).stdout
-        rows.append(json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        rows.append(child_json(child_command(setting, args))
                     | {"load_average_1m_after": os.getloadavg()[0]})
         print(f"{setting}: {rows[-1]['median_step_s']:.1f} s", flush=True)
     write_report(args.out, {"bench": "bench/steps/bench_cost_growth.py", "backend": args.backend,

@@ -10,6 +10,7 @@ definitions, not its measurements.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,14 @@ def test_a_fresh_clone_gets_the_demo_world_and_its_indexes_once(tmp_path, monkey
     calls.clear()
     offline_world(tmp_path)
     assert calls == []
+
+
+def test_a_childs_result_is_its_last_json_line(monkeypatch):
+    """Library logs around it are passed over; an object or a list is read, the last one wins."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from reporting import child_json
+
+    script = ("print('INFO loading'); print('{\"mode\": \"a\"}'); print('[1, 2]'); "
+              "print('done')")
+    assert child_json([sys.executable, "-c", script]) == [1, 2]
+    assert child_json([sys.executable, "-c", "print('x'); print('{\"n\": 3}')"]) == {"n": 3}
