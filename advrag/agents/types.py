@@ -10,7 +10,7 @@ loss-mask 0.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -64,3 +64,18 @@ def one_episode(*generators: TextGenerator) -> Iterator[None]:
             if episode is not None:
                 stack.enter_context(episode())
         yield
+
+
+class GeneratorWrapper:
+    """A ``TextGenerator`` that passes every call to ``inner``: the base of wrappers that
+    watch a generator (time it, record its calls) and override ``generate`` only."""
+
+    def __init__(self, inner: TextGenerator):
+        self.inner = inner
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        return self.inner.chat_prompt(user, system)
+
+    def episode(self) -> AbstractContextManager:
+        """The wrapped generator's episode scope (``one_episode``)."""
+        return one_episode(self.inner)

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from advrag.agents.types import one_episode
+from advrag.agents.types import GeneratorWrapper
 from advrag.common.types import TextGenerator
 from advrag.engines.local.decoding import decode
 from advrag.engines.local.generation import HFGenerator, padding_id
@@ -44,7 +43,7 @@ class GenerateCall:
         return sum(self.completion_tokens)
 
 
-class RecordingGenerator:
+class RecordingGenerator(GeneratorWrapper):
     """A ``TextGenerator`` that passes every call to ``inner`` and records it in ``calls``."""
 
     def __init__(self, inner: TextGenerator):
@@ -52,15 +51,8 @@ class RecordingGenerator:
             raise TypeError(f"{type(inner).__name__} does not report its completions' token "
                             "counts (last_completion_tokens): record an engine's generator "
                             "(HFGenerator, SnapshotGenerator, VLLMGenerator).")
-        self.inner = inner
+        super().__init__(inner)
         self.calls: list[GenerateCall] = []
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        return self.inner.chat_prompt(user, system)
-
-    def episode(self) -> AbstractContextManager:
-        """The wrapped generator's episode scope (``one_episode``)."""
-        return one_episode(self.inner)
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:

@@ -48,7 +48,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +63,7 @@ from advrag.agents.arr_scoring import (
     split_actions,
     verifier_turn_docs,
 )
-from advrag.agents.types import one_episode
+from advrag.agents.types import GeneratorWrapper
 from advrag.common.types import Retriever, TextGenerator
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
 from advrag.core.advantages import ADVANTAGE_TERMS
@@ -100,18 +99,12 @@ class ArrStepResult:
     traces: list[EntropyTrace]
 
 
-class _TimedGenerator:
+class _TimedGenerator(GeneratorWrapper):
     """Counts the seconds spent in ``generate`` (the rollout time of one agent)."""
 
     def __init__(self, inner: TextGenerator):
-        self.inner, self.seconds = inner, 0.0
-
-    def chat_prompt(self, user: str, system: str | None = None) -> str:
-        return self.inner.chat_prompt(user, system)
-
-    def episode(self) -> AbstractContextManager:
-        """The wrapped generator's episode scope (``one_episode``)."""
-        return one_episode(self.inner)
+        super().__init__(inner)
+        self.seconds = 0.0
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
                  stop: Sequence[str] = ()) -> list[str]:
