@@ -105,7 +105,7 @@ class Recipe(ABC):
         """Change settings of the config (the pipeline's experiment and checkpoint directory),
         validated as a file's would be."""
         self.config = self.config_model.model_validate(
-            self.config.model_dump(exclude_unset=False) | changes)
+            self.config.model_dump() | changes)
 
     def figures(self, history: list[dict[str, float]]) -> dict[str, Any]:
         """Artifact file name → matplotlib figure of the run (none by default)."""
