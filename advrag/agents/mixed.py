@@ -8,6 +8,7 @@ the question). Trajectories come back in the order of the questions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from advrag.agents.baselines import answer_direct
@@ -28,9 +29,15 @@ def run_mixed_agent(questions: Sequence[str], retrieval: Sequence[bool], generat
     searching = [i for i, flag in enumerate(retrieval) if flag]
     direct = [i for i, flag in enumerate(retrieval) if not flag]
     out: list[Trajectory | None] = [None] * len(questions)
+    prober = search_options.pop("prober", None)
+    if prober is not None:
+        search_options["prober"] = prober.restricted(searching)
     found = run_search_agent([questions[i] for i in searching], generator, retriever,
                              max_new_tokens=max_new_tokens, **search_options) if searching else []
     _, answered = answer_direct([questions[i] for i in direct], generator, max_new_tokens)
     for i, trajectory in [*zip(searching, found), *zip(direct, answered)]:
         out[i] = trajectory
-    return out
+    probes = found[len(searching):]
+    for probe in probes:
+        probe.probe = replace(probe.probe, origin=searching[probe.probe.origin])
+    return out + probes

@@ -174,3 +174,10 @@ def exploration_pool(size: int) -> list[str]:
         raise ValueError(f"exploration pool size {size}: choose 1 to {len(prompts)} "
                          "(the paper's ablation: 5, 15, 30)")
     return prompts[:size]
+
+
+def probe_observation(prompt: str) -> str:
+    """How a probe's exploration prompt is inserted after the removed answer: on a line of its
+    own, so the policy continues from a fresh line (the policy correction's pool
+    distribution is over these exact strings' tokens)."""
+    return f"\n{prompt}\n"

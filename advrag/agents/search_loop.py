@@ -23,6 +23,11 @@ leniently with ``extract_answer`` and stays None if there is none (that turn
 then counts as a format error). ``n_turns`` counts generations, the forced one
 included. Text a generator produces after the action is kept in the trajectory
 (it was sampled) but not acted on.
+
+With a REX-RAG ``prober`` (training only), items that answered in one of the
+``max_turns`` turns may be cloned into probes (``agents.probes``): they join the
+batch at the next turn and get the turns left, then the forced answer like any
+other item. Probes come back after the policy trajectories.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from advrag.agents.baselines import extract_answer
+from advrag.agents.probes import Prober
 from advrag.agents.prompts import (
     FALLBACK_HINT,
     FORCE_ANSWER_HINT,
@@ -129,13 +135,15 @@ def run_search_agent(
     max_new_tokens: int = 256,
     summariser: Summariser | None = None,
     fallback_hint: bool = True,
+    prober: Prober | None = None,
 ) -> list[Trajectory]:
     """Run the Search-R1 agent on all questions together; one Trajectory per question.
 
     Segments: the rendered prompt is "prompt", model output "policy", documents
     and hints "env". See the module docstring for turn and error handling.
     ``summariser``: UR²'s summarised retrieval (None = raw documents);
-    ``fallback_hint``: show ``FALLBACK_HINT`` after a fallback (UR² does in training).
+    ``fallback_hint``: show ``FALLBACK_HINT`` after a fallback (UR² does in training);
+    ``prober``: REX-RAG's probes (returned after the ``len(questions)`` policy trajectories).
     """
     trajs = [Trajectory() for _ in questions]
     for traj, question in zip(trajs, questions):
@@ -147,6 +155,8 @@ def run_search_agent(
                 break
             queries = _agent_turn(trajs, active, generator, max_new_tokens)
             _retrieve_into(trajs, queries, retriever, topk, summariser, fallback_hint)
+            if prober is not None:
+                prober.probe_answers(trajs, [i for i in active if trajs[i].answer is not None])
         _force_answers(
             trajs, [i for i, t in enumerate(trajs) if t.answer is None], generator, max_new_tokens
         )

@@ -4,7 +4,9 @@ A trajectory is a list of segments. Each segment records its ``source`` so that
 the RL engine can build loss masks later: only ``"policy"`` text was sampled by
 the agent being trained; ``"prompt"`` (instructions, question), ``"env"``
 (retrieved passages, hints) and ``"peer"`` (the other agent's messages) get
-loss-mask 0.
+loss-mask 0. ``"probe"`` is REX-RAG's inserted exploration prompt: not sampled by
+the policy, but learned from (as REX-RAG's release does), with its own
+behaviour probability in the policy correction.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Literal
 
 from advrag.common.types import TextGenerator
 
-Source = Literal["prompt", "policy", "env", "peer"]
+Source = Literal["prompt", "policy", "env", "peer", "probe"]
 
 
 @dataclass
@@ -25,6 +27,16 @@ class Segment:
 
     text: str
     source: Source
+
+
+@dataclass(frozen=True)
+class ProbeOrigin:
+    """A probe's provenance: the index (in its rollout batch) of the policy trajectory it
+    was cloned from, the index of its inserted-prompt segment, and the pool prompt's index."""
+
+    origin: int
+    segment: int
+    prompt: int
 
 
 @dataclass
@@ -40,6 +52,8 @@ class Trajectory:
     queries: list[str] = field(default_factory=list)
     fallbacks: int = 0
     """Searches answered with the summariser's fallback message (UR²'s fallback faults)."""
+    probe: ProbeOrigin | None = None
+    """Set on a REX-RAG probe: where it was cloned from and which prompt it inserted."""
 
     def add(self, text: str, source: Source) -> None:
         if text:

@@ -1,9 +1,10 @@
 """Loss masks: which tokens the policy sampled, and padding them into a batch.
 
-Only text the trained policy generated is learned from; prompts, retrieved
-passages and hints (``"env"``) and the other agent's messages (``"peer"``)
-get mask 0 (the sources of ``advrag.agents.types.Segment``). All masks here
-are bool tensors.
+Only text the trained policy generated is learned from, plus REX-RAG's inserted
+exploration prompt (``"probe"``, which its release keeps in the loss); prompts,
+retrieved passages and hints (``"env"``) and the other agent's messages
+(``"peer"``) get mask 0 (the sources of ``advrag.agents.types.Segment``). All
+masks here are bool tensors.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-SOURCES = ("prompt", "policy", "env", "peer")
+SOURCES = ("prompt", "policy", "env", "peer", "probe")
 
 PAD_SIDES = ("right", "left")
 
@@ -21,7 +22,7 @@ PAD_SIDES = ("right", "left")
 def segment_loss_mask(
     segment_token_counts: Sequence[int],
     segment_sources: Sequence[str],
-    trainable: Sequence[str] = ("policy",),
+    trainable: Sequence[str] = ("policy", "probe"),
 ) -> Tensor:
     """Per-token loss mask of a trajectory laid out segment after segment.
 

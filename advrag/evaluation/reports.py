@@ -81,6 +81,32 @@ def reward_curve(history: list[dict[str, float]]):
     return fig
 
 
+def training_by_type(history: list[dict[str, float]], window: int = 5):
+    """Answer F1 and searches per question over training, one line per question type.
+
+    A step trains on a few questions, so each type appears in some steps only: each point is
+    the mean of that type's last ``window`` appearances (``type/<kind>/f1`` and
+    ``type/<kind>/searches`` of the step metrics).
+    """
+    plt = _pyplot()
+    kinds = sorted({key.split("/")[1] for h in history for key in h if key.startswith("type/")})
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, measure, label in ((axes[0], "f1", "answer F1"), (axes[1], "searches",
+                                                             "searches per question")):
+        for kind in kinds:
+            points = [(h["step"], h[f"type/{kind}/{measure}"]) for h in history
+                      if f"type/{kind}/{measure}" in h]
+            values = [v for _, v in points]
+            recent = [values[max(0, i - window + 1):i + 1] for i in range(len(values))]
+            ax.plot([step for step, _ in points], [sum(r) / len(r) for r in recent],
+                    marker=".", label=kind)
+        ax.set_xlabel("update")
+        ax.set_ylabel(f"{label} (last {window} of the type)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def reward_curves(history: list[dict[str, float]]):
     """Each agent's mean reward and F1 per step."""
     plt = _pyplot()

@@ -111,6 +111,16 @@ class Recipe(ABC):
         """Artifact file name → matplotlib figure of the run (none by default)."""
         return {}
 
+    def run_state(self) -> dict[str, Any]:
+        """What the recipe carries between updates besides the weights (JSON; in each checkpoint)."""
+        return {}
+
+    def restore_run_state(self, state: dict[str, Any]) -> None:
+        """Take back what ``run_state`` returned when the run was checkpointed."""
+        if state:
+            raise ValueError(f"recipe {self.name!r} keeps no state, but the checkpoint holds "
+                             f"{sorted(state)}: resume it with the recipe that wrote it")
+
     def trained_sequences(self) -> int:
         """Sequences the RL updates train in all (steps × questions × group): what
         ``compile_update: auto`` weighs against the one-off compile."""
@@ -174,7 +184,8 @@ class Recipe(ABC):
     def save(self, next_step: int) -> dict[str, Path]:
         """Checkpoint every agent after ``next_step`` updates; artifact path → directory."""
         saved = self.trainers.save(self.config.checkpoint_dir, data_position=next_step,
-                                   extra={"settings_hash": self.settings_hash()})
+                                   extra={"settings_hash": self.settings_hash(),
+                                          "recipe_state": self.run_state()})
         if len(saved) == 1:
             return {"checkpoints": next(iter(saved.values()))}
         return {f"checkpoints/{agent}": path for agent, path in saved.items()}
@@ -193,6 +204,7 @@ class Recipe(ABC):
                              "settings: resume with the same config or use another checkpoint_dir")
         from advrag.engines.local.trainer import push_updated_weights
 
+        self.restore_run_state(state["extra"].get("recipe_state", {}))
         for agent, generator in self.generators.items():
             push_updated_weights(generator, self.trainers[agent])
         return int(state["data_position"])

@@ -131,7 +131,6 @@ def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
         scramble(inputs.old_logprobs, masked),
         scramble(inputs.ref_logprobs, masked),
         scramble(inputs.advantages, masked),
-        None,
         inputs.entropy,
     )
     assert all(torch.equal(clean[n], g) for n, g in _grads(trainer, noisy).items())
@@ -143,7 +142,6 @@ def test_masked_tokens_contribute_exactly_zero_gradient(tiny_policy_dir):
         inputs.old_logprobs,
         inputs.ref_logprobs,
         scramble(inputs.advantages, one_more),
-        None,
         inputs.entropy,
     )
     assert any(not torch.equal(clean[n], g) for n, g in _grads(trainer, changed).items())
@@ -203,19 +201,24 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_policy_dir):
         torch.testing.assert_close(grad, want[name], atol=1e-7, rtol=1e-5)
 
 
-def test_importance_weight_hook_scales_the_policy_gradient(tiny_policy_dir):
+def test_behaviour_log_prob_hook_is_what_the_ratio_divides_by(tiny_policy_dir):
+    # a behaviour policy 1.1 times as likely as π_old on every token: the ratio is
+    # π/(1.1·π_old) = 1/1.1 ≈ 0.909 at the first step, inside the clip range [0.8, 1.2],
+    # so every token's gradient −A·∇r is the plain one divided by 1.1
     trainer = _trainer(tiny_policy_dir, kl_coef=0.0)
     seen = {}
 
-    def zero_weights(batch, old_logprobs: torch.Tensor) -> torch.Tensor:
+    def more_likely(batch, old_logprobs: torch.Tensor) -> torch.Tensor:
         seen["shapes"] = (tuple(batch.input_ids.shape), tuple(old_logprobs.shape))
-        return torch.zeros_like(old_logprobs)
+        return old_logprobs + math.log(1.1)
 
-    inputs = trainer.prepare(_trajectories(), SCORES, GROUPS, zero_weights)
-    assert seen["shapes"][0] == seen["shapes"][1] == tuple(inputs.batch.input_ids.shape)
-    assert all(torch.count_nonzero(g) == 0 for g in _grads(trainer, inputs).values())
-    unweighted = trainer.prepare(_trajectories(), SCORES, GROUPS)
-    assert any(torch.count_nonzero(g) > 0 for g in _grads(trainer, unweighted).values())
+    shifted = trainer.prepare(_trajectories(), SCORES, GROUPS, more_likely)
+    assert seen["shapes"][0] == seen["shapes"][1] == tuple(shifted.batch.input_ids.shape)
+    plain = trainer.prepare(_trajectories(), SCORES, GROUPS, entropy_first=True)
+    want = {name: grad / 1.1 for name, grad in _grads(trainer, plain).items()}
+    assert any(torch.count_nonzero(g) > 0 for g in want.values())
+    for name, grad in _grads(trainer, shifted).items():
+        torch.testing.assert_close(grad, want[name], atol=1e-7, rtol=1e-4)
 
 
 def test_lr_schedule_hand_values():

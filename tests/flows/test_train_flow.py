@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import mlflow
 import torch
 
@@ -10,6 +12,7 @@ from advrag.engines.local.checkpoint import list_checkpoints
 from advrag.flows.rl import rl_flow
 from advrag.models.loading import load_policy
 from advrag.recipes.grpo import GrpoConfig
+from advrag.recipes.rex_rag import RexExploration
 from advrag.tasks import tracking
 
 STEP_METRICS = {"reward_mean", "reward_std", "informative_groups", "loss", "kl", "clip_fraction",
@@ -79,3 +82,23 @@ def test_a_spent_budget_checkpoints_and_a_rerun_resumes_from_it(
     history = mlflow.MlflowClient().get_metric_history(second["run_id"], "reward_mean")
     assert [m.step for m in history] == [1]  # step 0 came from the checkpoint
     assert not mlflow.MlflowClient().get_metric_history(second["run_id"], "warmup/loss")
+
+
+def test_rex_rag_exploration_trains_logs_its_metrics_and_checkpoints_its_keep_ratio(
+        prefect_server, tmp_path, monkeypatch, small_world_dir, small_index_dir, tiny_policy_dir):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+    rex = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2).model_copy(
+        update={"exploration": RexExploration(kind="rex", keep_ratio=0.3)})
+    result = rl_flow(rex)
+    client = mlflow.MlflowClient()
+    for name in ("rex/probes_opened", "rex/probes_kept", "rex/keep_ratio", "rex/policy_accuracy",
+                 "rex/probe_accuracy", "rex/informative_groups"):
+        assert [m.step for m in client.get_metric_history(result["run_id"], name)] == [0, 1], name
+    logged = client.get_run(result["run_id"]).data.metrics
+    assert any(name.startswith("type/") and name.endswith("/f1") for name in logged)
+    artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
+    assert {"reward_curve.png", "training_by_type.png"} <= artifacts
+    newest = list_checkpoints(tmp_path / "ckpt")[-1]
+    state = json.loads((newest / "state.json").read_text())
+    assert state["extra"]["recipe_state"]["keep_ratio"] <= 0.3

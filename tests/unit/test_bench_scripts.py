@@ -186,3 +186,26 @@ def test_a_childs_result_is_its_last_json_line(monkeypatch):
               "print('done')")
     assert child_json([sys.executable, "-c", script]) == [1, 2]
     assert child_json([sys.executable, "-c", "print('x'); print('{\"n\": 3}')"]) == {"n": 3}
+
+
+def test_the_rex_rag_test_pairs_seed_means_on_the_multi_hop_questions(monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_rex_rag
+
+    def rows(f1s, searches):
+        kinds = ["single", "two-hop", "three-hop", "comparison"]
+        return [{"kind": k, "f1": f, "n_searches": s} for k, f, s in zip(kinds, f1s, searches)]
+
+    table = {"start": rows([0.5, 0.0, 0.0, 0.0], [1, 1, 1, 1]),
+             "rex-seed0": rows([0.0, 1.0, 0.5, 0.0], [2, 2, 3, 2]),
+             "rex-seed1": rows([0.0, 0.0, 0.5, 1.0], [2, 2, 1, 2]),
+             "grpo-seed0": rows([1.0, 0.0, 0.0, 0.0], [1, 1, 1, 1]),
+             "grpo-seed1": rows([1.0, 0.0, 0.5, 0.0], [1, 1, 1, 1])}
+    test = bench_rex_rag.the_test(table, [0, 1])
+    assert test["multi_hop_questions"] == 3
+    # seed means on the multi-hop questions: rex [½, ½, ½], grpo [0, ¼, 0] → mean diff 5/12
+    assert test["rex-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
+    assert test["rex-grpo_f1_all"]["diff"] == pytest.approx((5 / 12 * 3 - 1) / 4)
+    # rex searches per multi-hop question [2, 2, 2] vs the start policy's 1
+    assert test["rex-start_searches_multi_hop"]["diff"] == pytest.approx(1.0)
+    assert test["per_seed_rex-grpo_f1_multi_hop"]["1"]["diff"] == pytest.approx((0.0 + 0.0 + 1.0) / 3)

@@ -24,6 +24,9 @@ from advrag.recipes.ur2 import UR2Config
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrConfig,
+           **dict.fromkeys(["rex-rag.yaml", "rex-rag-coarse.yaml", "rex-rag-no-is.yaml",
+                            "rex-rag-no-filter.yaml", "rex-rag-no-is-no-filter.yaml",
+                            "rex-rag-pool5.yaml", "rex-rag-pool15.yaml"], GrpoConfig),
            "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml",
@@ -233,3 +236,30 @@ def test_compile_update_is_auto_by_default_and_takes_only_auto_or_a_bool(tmp_pat
     (tmp_path / "typo.yaml").write_text("compile_update: atuo\n")
     with pytest.raises(ValueError, match="compile_update"):
         load_config(tmp_path / "typo.yaml", GrpoConfig)
+
+
+REX_ABLATIONS = {"coarse": {"correction": "coarse"}, "no-is": {"correction": "none"},
+                 "no-filter": {"trajectory_filter": False},
+                 "no-is-no-filter": {"correction": "none", "trajectory_filter": False},
+                 "pool5": {"pool_size": 5}, "pool15": {"pool_size": 15}}
+
+
+@pytest.mark.parametrize("name", sorted(REX_ABLATIONS))
+def test_rex_rag_ablations_change_their_exploration_setting_and_names_only(name):
+    base = load_config(ROOT / "configs/rex-rag.yaml", GrpoConfig).model_dump()
+    ablation = load_config(ROOT / f"configs/rex-rag-{name}.yaml", GrpoConfig).model_dump()
+    assert {k for k in base if base[k] != ablation[k]} == {
+        "exploration", "checkpoint_dir", "registered_model"}
+    changed = {k: v for k, v in ablation["exploration"].items() if base["exploration"][k] != v}
+    assert changed == REX_ABLATIONS[name]
+
+
+def test_rex_rag_is_the_papers_setting_and_a_typo_in_exploration_is_named():
+    config = load_config(ROOT / "configs/rex-rag.yaml", GrpoConfig)
+    assert (config.reward_metric, config.exploration.probe_prob, config.exploration.pool_size,
+            config.exploration.keep_ratio, config.exploration.correction) == ("em", 0.2, 30, 0.12,
+                                                                              "fine")
+    assert config.max_turns >= 4 and config.evaluate.max_turns == config.max_turns
+    with pytest.raises(ConfigError, match=r"exploration\.probe_prop.*did you mean 'probe_prob'"):
+        load_config(ROOT / "configs/rex-rag.yaml", GrpoConfig,
+                    overrides={"exploration": {"probe_prop": 0.3}})

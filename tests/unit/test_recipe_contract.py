@@ -71,6 +71,8 @@ def test_group_size_is_set_once_at_the_top():
     (GarRecipe, GarConfig(), ("discriminator_sft",)),
     (GarRecipe, GarConfig(discriminator="fixed"), ("discriminator_sft",)),
     (GarRecipe, GarConfig(discriminator="none"), ()),
+    (GrpoRecipe, GrpoConfig(exploration={"kind": "rex"}), ()),
+    (UR2Recipe, UR2Config(exploration={"kind": "rex"}), ("curation",)),
 ])
 def test_each_recipe_declares_what_it_needs_upstream(recipe, config, stages):
     assert recipe(config).upstream() == stages
@@ -154,3 +156,14 @@ def test_a_bad_override_stops_rl_before_prefect_or_a_model():
     assert result.returncode == 2
     assert "optim.lr: Input should be greater than 0" in result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_pipeline_can_name_rex_rag_as_its_recipe():
+    from advrag.config import PipelineConfig, load_config
+    from advrag.recipes import recipe_for
+
+    pipeline = load_config(ROOT / "configs/pipeline.yaml", PipelineConfig,
+                           overrides={"recipe": "configs/rex-rag.yaml"})
+    recipe = recipe_for(ROOT / pipeline.recipe)
+    assert isinstance(recipe, GrpoRecipe) and recipe.config.exploration.kind == "rex"
+    assert recipe.upstream() == ()

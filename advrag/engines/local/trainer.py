@@ -18,8 +18,8 @@ Conventions (where verl, TRL and the papers leave a choice):
   constant, so the loss does not depend on padding.
 - Old log-probs are recomputed with the training model (eval mode, no grad)
   before the first epoch, and ``entropy`` is measured in that pass (the policy
-  that sampled) — when the math needs them: several epochs, an importance
-  weight hook, or a recipe that reads the entropy before ``learn``. Otherwise
+  that sampled) — when the math needs them: several epochs, a behaviour
+  log-prob hook, or a recipe that reads the entropy before ``learn``. Otherwise
   (one epoch, the default) the policy has not moved when each micro-batch is
   forwarded, so the old log-probs are the detached current ones (ratio 1, as
   TRL does with one iteration) and the entropy is read from that same forward:
@@ -55,9 +55,9 @@ from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy, adamw
 from advrag.engines.local.tokenize import Batch, encode_trajectories
 
-ImportanceWeightFn = Callable[[Batch, Tensor], Tensor]
-"""``(batch, old_logprobs (batch, seq)) → per-token weights (batch, seq)`` (REX-RAG's hook)."""
-
+BehaviourLogProbFn = Callable[[Batch, Tensor], Tensor]
+"""``(batch, old_logprobs (batch, seq)) → the log-probs (batch, seq) the PPO ratio is taken
+against``: REX-RAG's mixture behaviour policy (without a hook, the old log-probs)."""
 
 
 def lr_multiplier(step: int, *, warmup: int, total: int, decay: str) -> float:
@@ -87,6 +87,7 @@ class UpdateInputs:
     may read it to add its own advantage terms before ``learn``. Both are None
     when ``prepare`` skipped that pass (on-policy, see the module's conventions):
     ``learn`` then uses the detached current log-probs and measures the entropy.
+    ``old_logprobs`` are what the ratio divides by: with a behaviour hook, its result.
     ``prepare_s``: the seconds ``prepare`` took (counted in the update's tokens/s).
     """
 
@@ -94,7 +95,6 @@ class UpdateInputs:
     old_logprobs: Tensor | None
     ref_logprobs: Tensor | None
     advantages: Tensor
-    importance_weights: Tensor | None
     entropy: Tensor | None
     prepare_s: float = 0.0
 
@@ -111,7 +111,6 @@ class UpdateInputs:
             cut(self.old_logprobs),
             cut(self.ref_logprobs),
             cut(self.advantages),
-            cut(self.importance_weights),
             cut(self.entropy),
         )
 
@@ -202,7 +201,7 @@ class LocalTrainer:
         trajectories: Sequence[Trajectory],
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
-        importance_weights: ImportanceWeightFn | None = None,
+        behaviour_logprobs: BehaviourLogProbFn | None = None,
     ) -> UpdateResult:
         """One training step on scored trajectories: ``prepare`` then ``learn``.
 
@@ -210,17 +209,18 @@ class LocalTrainer:
             trajectories: the rollouts, ``batch`` of them.
             scores: one reward per trajectory, ``(batch,)``.
             group_ids: the question each trajectory answers (rollouts of one share it).
-            importance_weights: optional hook giving per-token loss weights from
-                the batch and its old log-probs (REX-RAG's correction).
+            behaviour_logprobs: optional hook giving the log-probs of the policy that
+                sampled each token, from the batch and its old log-probs (REX-RAG's
+                correction); the clipped ratio is taken against them.
         """
-        return self.learn(self.prepare(trajectories, scores, group_ids, importance_weights))
+        return self.learn(self.prepare(trajectories, scores, group_ids, behaviour_logprobs))
 
     def prepare(
         self,
         trajectories: Sequence[Trajectory],
         scores: Sequence[float] | Tensor,
         group_ids: GroupIds,
-        importance_weights: ImportanceWeightFn | None = None,
+        behaviour_logprobs: BehaviourLogProbFn | None = None,
         *,
         entropy_first: bool = False,
     ) -> UpdateInputs:
@@ -233,7 +233,7 @@ class LocalTrainer:
         cfg = self.config
         batch = self.encode(trajectories)
         old_logprobs = entropy = None
-        if entropy_first or importance_weights is not None or cfg.ppo_epochs > 1:
+        if entropy_first or behaviour_logprobs is not None or cfg.ppo_epochs > 1:
             old_logprobs, entropy = self.policy.logprobs(
                 batch, micro_batch_size=cfg.micro_batch_size, with_entropy=True
             )
@@ -244,8 +244,9 @@ class LocalTrainer:
             )
         scores = torch.as_tensor(scores, dtype=torch.float32, device=batch.input_ids.device)
         advantages = ADVANTAGE_ESTIMATORS[cfg.advantage](scores, group_ids, batch.loss_mask)
-        weights = importance_weights(batch, old_logprobs) if importance_weights else None
-        return UpdateInputs(batch, old_logprobs, ref_logprobs, advantages, weights, entropy,
+        if behaviour_logprobs is not None:
+            old_logprobs = behaviour_logprobs(batch, old_logprobs)
+        return UpdateInputs(batch, old_logprobs, ref_logprobs, advantages, entropy,
                             prepare_s=time.perf_counter() - started)
 
     def learn(self, inputs: UpdateInputs) -> UpdateResult:
@@ -323,7 +324,6 @@ class LocalTrainer:
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
             dual_clip=cfg.dual_clip,
-            importance_weights=inputs.importance_weights,
             agg=cfg.loss_agg,
             horizon=cfg.max_seq_len,
         )

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from advrag.config.rl import RLRunConfig
+from advrag.recipes.rex_rag.config import RexExploration
 
 
 class GrpoConfig(RLRunConfig):
@@ -23,3 +24,6 @@ class GrpoConfig(RLRunConfig):
     format_penalty: float = Field(0.2, ge=0, description="Subtracted once for a broken tag grammar.")
     registered_model: str = Field("advrag-reasoner", min_length=1,
                                   description="Registry name of the result.")
+    exploration: RexExploration | None = Field(
+        None, description="REX-RAG's probes, trajectory filter and policy correction "
+        "({kind: rex, ...}); none = plain rollouts.")

@@ -6,15 +6,20 @@ format penalty (``core.rewards.answer_reward``), turns the rewards into token
 advantages with the estimator ``optim.advantage`` names
 (``core.advantages.ADVANTAGE_ESTIMATORS``) and takes a PPO-clip step. The
 warm-up trains on grounded Search-R1 demonstrations (``curation.demonstrations``).
+
+With ``exploration: {kind: rex}`` the update is REX-RAG's (``recipes.rex_rag.step``):
+probes reopen answers below full marks, a filter keeps the likeliest, and the ratio is
+corrected for their off-policy tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
-from advrag.core.rewards import answer_reward
+from advrag.core.rewards import ANSWER_METRICS, answer_reward
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, trainable_policy
 from advrag.recipes.grpo.config import GrpoConfig
@@ -29,6 +34,7 @@ class GrpoRecipe(Recipe):
     config_model = GrpoConfig
     default_config = "configs/train.yaml"
     aliases = ("train",)
+    exploration_state = None  # REX-RAG's ExplorationState, once it explores
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
@@ -60,8 +66,6 @@ class GrpoRecipe(Recipe):
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One GRPO update: rollout → score → advantages → loss → step."""
-        from advrag.recipes.grpo.step import grpo_step
-
         c = self.config
 
         def reward(trajectory, record: QARecord) -> float:
@@ -69,10 +73,50 @@ class GrpoRecipe(Recipe):
                                  format_errors=trajectory.format_errors,
                                  metric=c.reward_metric, format_penalty=c.format_penalty)
 
-        return grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
-                         records, group_size=c.group_size, reward_fn=reward,
-                         rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
-                                         "max_new_tokens": c.max_new_tokens})
+        return self.update(retriever, records, reward,
+                           rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
+                                           "max_new_tokens": c.max_new_tokens})
+
+    def update(self, retriever: Retriever, records: Sequence[QARecord],
+               reward: Callable[[Trajectory, QARecord], float], *,
+               rollout_kwargs: dict | None = None, agent: Callable | None = None
+               ) -> dict[str, float]:
+        """The reasoner's update: ``grpo_step``, or REX-RAG's ``rex_step`` with ``exploration``.
+
+        ``agent(records, prober=None)`` replaces the Search-R1 loop.
+        """
+        from advrag.recipes.grpo.step import grpo_step
+        from advrag.recipes.rex_rag.step import ExplorationState, rex_step
+
+        c = self.config
+        trainer, generator = self.trainers["reasoner"], self.generators["reasoner"]
+        if c.exploration is None:
+            return grpo_step(trainer, generator, retriever, records, group_size=c.group_size,
+                             reward_fn=reward, rollout_kwargs=rollout_kwargs, agent=agent)
+        if self.exploration_state is None:
+            self.exploration_state = ExplorationState(c.exploration.keep_ratio)
+        probing = None if agent is None else (lambda recs, prober: agent(recs, prober=prober))
+        return rex_step(trainer, generator, retriever, records, group_size=c.group_size,
+                        reward_fn=reward, full_marks=self.full_marks, exploration=c.exploration,
+                        state=self.exploration_state, seed=c.optim.seed,
+                        rollout_kwargs=rollout_kwargs, agent=probing)
+
+    def full_marks(self, answer: str | None, record: QARecord) -> bool:
+        """The answer scores 1 under ``reward_metric``: correct, never probed by REX-RAG."""
+        return answer is not None and ANSWER_METRICS[self.config.reward_metric](
+            answer, record.golden_answers) >= 1.0
+
+    def run_state(self) -> dict[str, Any]:
+        """REX-RAG's keep ratio, when it explores."""
+        state = getattr(self, "exploration_state", None)
+        return {} if state is None else {"keep_ratio": state.keep_ratio}
+
+    def restore_run_state(self, state: dict[str, Any]) -> None:
+        """The keep ratio the run had reached."""
+        from advrag.recipes.rex_rag.step import ExplorationState
+
+        if "keep_ratio" in state:
+            self.exploration_state = ExplorationState(float(state["keep_ratio"]))
 
     def describe(self, metrics: dict[str, float]) -> str:
         """Reward, loss and seconds of one update."""
@@ -84,10 +128,14 @@ class GrpoRecipe(Recipe):
         return {"reasoner": self.config.registered_model}
 
     def figures(self, history: list[dict[str, float]]) -> dict:
-        """The mean reward (± std) per update."""
-        from advrag.evaluation.reports import reward_curve
+        """The mean reward (± std) per update; with REX-RAG also F1 and searches per question
+        type over training."""
+        from advrag.evaluation.reports import reward_curve, training_by_type
 
-        return {"reward_curve.png": reward_curve(history)}
+        figures = {"reward_curve.png": reward_curve(history)}
+        if self.config.exploration is not None:
+            figures["training_by_type.png"] = training_by_type(history)
+        return figures
 
 
 def search_demonstrations(config, records: Sequence[QARecord], retriever: Retriever,

@@ -84,14 +84,14 @@ class UR2Recipe(GrpoRecipe):
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
         """One update with the reward of the current stage; also logs UR²'s counts."""
-        from advrag.recipes.grpo.step import grpo_step
-
         c, stage = self.config, self.stage(self.trainers["reasoner"].step)
         tally = {"violations": 0.0, "valid_queries": 0.0, "fallbacks": 0.0, "correct": 0.0}
+        scored = []  # one entry per rewarded trajectory (REX-RAG's probes included)
 
         def reward(trajectory: Trajectory, record: QARecord) -> float:
             counts = ur2_counts(trajectory, retrieval_expected=needs_search(record))
             correct = self.correct(trajectory, record)
+            scored.append(trajectory)
             for key, value in zip(tally, (counts.format_violations, counts.valid_queries,
                                           counts.fallback_faults, correct), strict=True):
                 tally[key] += value
@@ -100,25 +100,25 @@ class UR2Recipe(GrpoRecipe):
                               fallback_faults=counts.fallback_faults, correct=correct,
                               fallback_penalty=c.fallback_penalty)
 
-        metrics = grpo_step(self.trainers["reasoner"], self.generators["reasoner"], retriever,
-                            records, group_size=c.group_size, reward_fn=reward,
-                            agent=self.agent(retriever))
-        n = len(records) * c.group_size
+        metrics = self.update(retriever, records, reward, agent=self.agent(retriever))
+        n = len(scored)
         summaries = {} if self.summariser is None else {
             f"summary/{k}": float(v) for k, v in self.summariser.stats.as_dict().items()}
         return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | summaries | {
             "ur2/stage": float(stage), "uncurated_pool": float(not self.pools.get(stage))}
 
     def agent(self, retriever: Retriever):
-        """Task mixing's rollout: the search loop or a direct answer, per ``needs_search``."""
+        """Task mixing's rollout: the search loop or a direct answer, per ``needs_search``
+        (REX-RAG's ``prober``, when it explores, probes the searching items)."""
         from advrag.agents.mixed import run_mixed_agent
 
         c, generator = self.config, self.generators["reasoner"]
 
-        def run(records: Sequence[QARecord]) -> list[Trajectory]:
+        def run(records: Sequence[QARecord], prober=None) -> list[Trajectory]:
             return run_mixed_agent([r.question for r in records], [needs_search(r) for r in records],
                                    generator, retriever, max_turns=c.max_turns, topk=c.topk,
-                                   max_new_tokens=c.max_new_tokens, summariser=self.summariser)
+                                   max_new_tokens=c.max_new_tokens, summariser=self.summariser,
+                                   prober=prober)
 
         return run
 

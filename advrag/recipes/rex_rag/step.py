@@ -1,0 +1,160 @@
+"""One REX-RAG update (REX-RAG §3): rollout with probes → score → filter → corrected update.
+
+1. **Rollout**: ``group_size`` policy trajectories per question; an answer below full marks
+   is probed with probability ``probe_prob`` (``agents.probes``).
+2. **Score** every trajectory with the recipe's reward; a trajectory is *correct* when its
+   answer earns full marks (the probe trigger's test).
+3. **Filter**: probes ranked by the mean old log-prob of their inserted prompt tokens; the
+   top ``probes_to_keep(keep_ratio, questions, group_size)`` stay (all of them without the
+   filter). Every policy trajectory stays; a probe joins its question's group.
+4. **Update** with the clipped ratio taken against the mixture behaviour policy
+   (``correction``), ``a`` = the kept probes' share of the batch, ``z`` = 1 − the policy
+   trajectories' accuracy.
+5. The keep ratio moves towards this step's probe accuracy (``updated_keep_ratio``), never
+   above the configured one.
+
+How this departs from the release: the keep ratio follows the accuracy of every probe opened
+this step, not only of the ones the filter kept. With a handful of questions per step the
+filter can keep none, and an average of the kept ones' accuracy would then read 0 and lock
+the ratio at 0 for the rest of training.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from advrag.agents.probes import Prober
+from advrag.agents.prompts import exploration_pool
+from advrag.agents.search_loop import run_search_agent
+from advrag.agents.types import Trajectory
+from advrag.common.types import Retriever, TextGenerator
+from advrag.core.advantages import informative_group_fraction
+from advrag.core.metrics import f1_score
+from advrag.core.rex_rag import probe_ranking, probes_to_keep, updated_keep_ratio
+from advrag.datasets.records import QARecord
+from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
+from advrag.recipes.grpo.step import RewardFn, rollout_metrics, score
+from advrag.recipes.rex_rag.config import RexExploration
+from advrag.recipes.rex_rag.correction import Correction, pool_token_ids, token_roles
+
+FullMarks = Callable[[str | None, QARecord], bool]
+"""``(answer, record) → whether the answer earns full marks`` (correct; never probed)."""
+ProbingAgent = Callable[[Sequence[QARecord], Prober], list[Trajectory]]
+"""Runs an episode per record with a prober; probes come after the records' trajectories."""
+
+
+@dataclass
+class ExplorationState:
+    """What REX-RAG carries from one update to the next (and through a checkpoint)."""
+
+    keep_ratio: float
+
+
+def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriever,
+             records: Sequence[QARecord], *, group_size: int, reward_fn: RewardFn,
+             full_marks: FullMarks, exploration: RexExploration, state: ExplorationState,
+             seed: int, rollout_kwargs: dict | None = None,
+             agent: ProbingAgent | None = None) -> dict[str, float]:
+    """Rollout with probes → score → filter → corrected update; returns all metrics.
+
+    ``agent`` replaces the Search-R1 loop (``rollout_kwargs`` then go unused); ``seed`` and
+    the trainer's step seed the probes' draws.
+    """
+    timer = time.perf_counter
+    trainer.policy.model.eval()
+    started = timer()
+    repeated = [record for record in records for _ in range(group_size)]
+    prober = Prober(exploration_pool(exploration.pool_size), exploration.probe_prob,
+                    lambda i, answer: not full_marks(answer, repeated[i]),
+                    random.Random(f"rex:{seed}:{trainer.step}"))
+    if agent is not None:
+        trajectories = agent(repeated, prober)
+    else:
+        trajectories = run_search_agent([r.question for r in repeated], generator, retriever,
+                                        prober=prober, **(rollout_kwargs or {}))
+    answered = repeated + [repeated[t.probe.origin] for t in trajectories[len(repeated):]]
+    rolled = timer()
+    scores = score(trajectories, answered, reward_fn)
+    correct = [full_marks(t.answer, r) for t, r in zip(trajectories, answered)]
+    scored = timer()
+    n = len(repeated)
+    kept = keep_probes(trainer, trajectories, n, exploration, state.keep_ratio,
+                       len(records), group_size)
+    rows = list(range(n)) + kept
+    batch_trajectories = [trajectories[i] for i in rows]
+    policy_accuracy = sum(correct[:n]) / n
+    probe_share = len(kept) / len(rows)
+    correction = None
+    if kept and exploration.correction != "none":
+        correction = Correction(batch_trajectories, pool_token_ids(prober.pool, trainer.tokenizer),
+                                probe_share=probe_share, failure_rate=1.0 - policy_accuracy,
+                                correction=exploration.correction)
+    group_ids = [answered[i].id for i in rows]
+    result = trainer.update(batch_trajectories, scores[rows], group_ids, correction)
+    push_updated_weights(generator, trainer)
+    opened = correct[n:]
+    metrics = {
+        "rex/probes_opened": float(len(opened)), "rex/probes_kept": float(len(kept)),
+        "rex/keep_ratio": state.keep_ratio, "rex/probe_share": probe_share,
+        "rex/policy_accuracy": policy_accuracy,
+        "rex/probe_accuracy": sum(opened) / len(opened) if opened else 0.0,
+        "rex/informative_groups": informative_group_fraction(scores[rows], group_ids)}
+    if correction is not None:
+        metrics |= {f"rex/ratio_{role}": value for role, value in correction.ratios.items()}
+    if opened:
+        state.keep_ratio = min(exploration.keep_ratio, updated_keep_ratio(
+            state.keep_ratio, sum(opened) / len(opened), exploration.keep_ratio_weight))
+    seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
+               "update_s": timer() - scored}
+    return (rollout_metrics(trajectories[:n], scores[:n], [r.id for r in repeated])
+            | by_question_type(trajectories[:n], repeated)
+            | result.metrics | metrics | seconds)
+
+
+def keep_probes(trainer: LocalTrainer, trajectories: Sequence[Trajectory], policy_count: int,
+                exploration: RexExploration, keep_ratio: float, questions: int,
+                group_size: int) -> list[int]:
+    """Indices of the probes the update keeps: the filter's top ones, or all without it."""
+    probes = list(range(policy_count, len(trajectories)))
+    if not probes or not exploration.trajectory_filter:
+        return probes
+    wanted = probes_to_keep(keep_ratio, questions, group_size)
+    if wanted == 0:
+        return []
+    probe_trajectories = [trajectories[i] for i in probes]
+    batch = trainer.encode(probe_trajectories)
+    old_logprobs, _ = trainer.policy.logprobs(batch, micro_batch_size=trainer.config.micro_batch_size)
+    prompt = token_roles(batch, probe_trajectories)["prompt"]
+    whole = [row for row in range(len(probes)) if bool(prompt[row].any())]  # not cut by max_seq_len
+    ranked = probe_ranking([old_logprobs[row][prompt[row]] for row in whole])
+    return sorted(probes[whole[i]] for i in ranked[:wanted])
+
+
+HOP_NAMES = {2: "two-hop", 3: "three-hop"}
+
+
+def question_kind(record: QARecord) -> str:
+    """The world's question kinds: single, two-hop, three-hop (chained) or comparison; a
+    user's record keeps its ``metadata["type"]`` (``untyped`` without one)."""
+    kind, hops = record.metadata.get("type", "untyped"), record.metadata.get("hops")
+    if kind == "compositional" and hops in HOP_NAMES:
+        return HOP_NAMES[hops]
+    return str(kind)
+
+
+def by_question_type(trajectories: Sequence[Trajectory], records: Sequence[QARecord]
+                     ) -> dict[str, float]:
+    """Answer F1 and searches per question kind (``question_kind``): what the figure of
+    training by question type plots."""
+    groups: dict[str, list[int]] = {}
+    for i, record in enumerate(records):
+        groups.setdefault(question_kind(record), []).append(i)
+    metrics = {}
+    for kind, rows in groups.items():
+        f1 = [f1_score(trajectories[i].answer, records[i].golden_answers) for i in rows]
+        metrics[f"type/{kind}/f1"] = sum(f1) / len(rows)
+        metrics[f"type/{kind}/searches"] = sum(trajectories[i].n_searches for i in rows) / len(rows)
+    return metrics
