@@ -114,3 +114,9 @@ def test_question_kinds_of_the_world():
     assert question_kind(QARecord("x", "q", ["a"], {"type": "compositional", "hops": 3})) == \
         "three-hop"
     assert question_kind(QARecord("x", "q", ["a"])) == "untyped"
+
+
+def test_without_both_every_probe_is_kept_with_the_plain_ratio(tiny_policy_dir):
+    metrics, _ = _step(_trainer(tiny_policy_dir), correction="none", trajectory_filter=False)
+    assert metrics["rex/probes_kept"] == 6 and metrics["rex/probe_share"] == 0.5
+    assert not any(key.startswith("rex/ratio_") for key in metrics)

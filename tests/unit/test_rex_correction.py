@@ -96,3 +96,16 @@ def test_no_probes_in_the_batch_leaves_the_old_log_probs():
                       failure_rate=1.0, correction="fine")
     assert torch.equal(hook(batch.rows(0, 1), old[:1, :6]), old[:1, :6])
     assert math.isclose(hook.ratios["policy"], 1.0)
+
+
+def test_a_smaller_pool_changes_only_the_prompt_tokens_behaviour():
+    # the pool-size ablation: the same probe under pools of 2 and 3 prompts; "check again soon"
+    # shares two tokens with the inserted prompt, so the 3-pool's shares at positions 1 and 2 fall
+    tokenizer, trajectories, batch, old = _batch_and_old()
+    two, three = (Correction(trajectories, pool_token_ids(pool, tokenizer), probe_share=0.5,
+                             failure_rate=0.5, correction="fine")(batch, old)
+                  for pool in (POOL, POOL + ["check again soon"]))
+    prompt = token_roles(batch, trajectories)["prompt"]
+    assert torch.equal(two[~prompt], three[~prompt])
+    # 3-pool μ on the prompt: [1, 2/3, 1/2] → μ_mix = ½·0.1 + ½·μ
+    assert three[prompt].exp().tolist() == pytest.approx([0.55, 0.05 + 1 / 3, 0.30])
