@@ -120,3 +120,22 @@ def test_without_both_every_probe_is_kept_with_the_plain_ratio(tiny_policy_dir):
     metrics, _ = _step(_trainer(tiny_policy_dir), correction="none", trajectory_filter=False)
     assert metrics["rex/probes_kept"] == 6 and metrics["rex/probe_share"] == 0.5
     assert not any(key.startswith("rex/ratio_") for key in metrics)
+
+
+def test_ur2_explores_with_probes_from_its_searching_items(tiny_policy_dir):
+    from advrag.engines.local.dual import AgentTrainers
+    from advrag.recipes.ur2 import UR2Config, UR2Recipe
+
+    config = UR2Config(curate=None, stage1_steps=0, group_size=3, questions_per_step=2, max_turns=2,
+                       max_new_tokens=16, reward_metric="em",
+                       exploration={"kind": "rex", "probe_prob": 1.0, "trajectory_filter": False})
+    recipe = UR2Recipe(config)
+    recipe.trainers = AgentTrainers({"reasoner": _trainer(tiny_policy_dir)})
+    recipe.generators = {"reasoner": _ProbeHelpsGenerator()}
+    reasoning = QARecord("r1", "Who is A?", ["A"], {"needs_retrieval": False})
+    metrics = recipe.step(_OnePassage(), [RECORDS[1], reasoning])
+    # the direct answers of the reasoning-only item are never probed: 3 probes, all kept
+    assert metrics["rex/probes_opened"] == 3 and metrics["rex/probes_kept"] == 3
+    assert metrics["rex/probe_accuracy"] == 1.0 and metrics["ur2/stage"] == 2.0
+    # UR²'s counts are shares of every rewarded trajectory: 3 of 9 (the probes) are correct
+    assert metrics["ur2/correct"] == pytest.approx(3 / 9)
