@@ -67,51 +67,65 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
     trainer.policy.model.eval()
     started = timer()
     repeated = [record for record in records for _ in range(group_size)]
+    n = len(repeated)
     prober = Prober(exploration_pool(exploration.pool_size), exploration.probe_prob,
                     lambda i, answer: not full_marks(answer, repeated[i]),
                     random.Random(f"rex:{seed}:{trainer.step}"))
-    if agent is not None:
-        trajectories = agent(repeated, prober)
-    else:
-        trajectories = run_search_agent([r.question for r in repeated], generator, retriever,
-                                        prober=prober, **(rollout_kwargs or {}))
-    answered = repeated + [repeated[t.probe.origin] for t in trajectories[len(repeated):]]
+    trajectories = rollout_with_probes(repeated, prober, generator, retriever,
+                                       rollout_kwargs, agent)
+    answered = repeated + [repeated[t.probe.origin] for t in trajectories[n:]]
     rolled = timer()
     scores = score(trajectories, answered, reward_fn)
     correct = [full_marks(t.answer, r) for t, r in zip(trajectories, answered)]
     scored = timer()
-    n = len(repeated)
-    kept = keep_probes(trainer, trajectories, n, exploration, state.keep_ratio,
-                       len(records), group_size)
-    rows = list(range(n)) + kept
-    batch_trajectories = [trajectories[i] for i in rows]
-    policy_accuracy = sum(correct[:n]) / n
-    probe_share = len(kept) / len(rows)
+    rows = list(range(n)) + keep_probes(trainer, trajectories, n, exploration, state.keep_ratio,
+                                        len(records), group_size)
+    batch = [trajectories[i] for i in rows]
     correction = None
-    if kept and exploration.correction != "none":
-        correction = Correction(batch_trajectories, pool_token_ids(prober.pool, trainer.tokenizer),
-                                probe_share=probe_share, failure_rate=1.0 - policy_accuracy,
+    if len(rows) > n and exploration.correction != "none":
+        correction = Correction(batch, pool_token_ids(prober.pool, trainer.tokenizer),
+                                probe_share=(len(rows) - n) / len(rows),
+                                failure_rate=1.0 - sum(correct[:n]) / n,
                                 correction=exploration.correction)
     group_ids = [answered[i].id for i in rows]
-    result = trainer.update(batch_trajectories, scores[rows], group_ids, correction)
+    result = trainer.update(batch, scores[rows], group_ids, correction)
     push_updated_weights(generator, trainer)
-    opened = correct[n:]
-    metrics = {
-        "rex/probes_opened": float(len(opened)), "rex/probes_kept": float(len(kept)),
-        "rex/keep_ratio": state.keep_ratio, "rex/probe_share": probe_share,
-        "rex/policy_accuracy": policy_accuracy,
-        "rex/probe_accuracy": sum(opened) / len(opened) if opened else 0.0,
-        "rex/informative_groups": informative_group_fraction(scores[rows], group_ids)}
-    if correction is not None:
-        metrics |= {f"rex/ratio_{role}": value for role, value in correction.ratios.items()}
-    if opened:
+    metrics = exploration_metrics(correct, n, rows, state.keep_ratio, correction)
+    metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
+    if len(correct) > n:
         state.keep_ratio = min(exploration.keep_ratio, updated_keep_ratio(
-            state.keep_ratio, sum(opened) / len(opened), exploration.keep_ratio_weight))
+            state.keep_ratio, metrics["rex/probe_accuracy"], exploration.keep_ratio_weight))
     seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
                "update_s": timer() - scored}
     return (rollout_metrics(trajectories[:n], scores[:n], [r.id for r in repeated])
             | by_question_type(trajectories[:n], repeated)
             | result.metrics | metrics | seconds)
+
+
+def rollout_with_probes(repeated: Sequence[QARecord], prober: Prober, generator: TextGenerator,
+                        retriever: Retriever, rollout_kwargs: dict | None,
+                        agent: ProbingAgent | None) -> list[Trajectory]:
+    """One episode per record (the Search-R1 loop unless ``agent``), then the probes opened."""
+    if agent is not None:
+        return agent(repeated, prober)
+    return run_search_agent([r.question for r in repeated], generator, retriever,
+                            prober=prober, **(rollout_kwargs or {}))
+
+
+def exploration_metrics(correct: Sequence[bool], policy_count: int, rows: Sequence[int],
+                        keep_ratio: float, correction: Correction | None) -> dict[str, float]:
+    """Probes opened and kept, the keep ratio used, accuracies, the probes' share of the
+    update and (with the correction) the mean importance ratio per token role."""
+    opened = correct[policy_count:]
+    kept = len(rows) - policy_count
+    metrics = {
+        "rex/probes_opened": float(len(opened)), "rex/probes_kept": float(kept),
+        "rex/keep_ratio": keep_ratio, "rex/probe_share": kept / len(rows),
+        "rex/policy_accuracy": sum(correct[:policy_count]) / policy_count,
+        "rex/probe_accuracy": sum(opened) / len(opened) if opened else 0.0}
+    if correction is not None:
+        metrics |= {f"rex/ratio_{role}": value for role, value in correction.ratios.items()}
+    return metrics
 
 
 def keep_probes(trainer: LocalTrainer, trajectories: Sequence[Trajectory], policy_count: int,
