@@ -33,13 +33,14 @@ import sys
 import time
 from pathlib import Path
 
-from advrag.config import BenchmarkConfig, load_config
+from advrag.config import load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.recipes.grpo import GrpoConfig
 from advrag.recipes.rex_rag.step import question_kind
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from bench_ur2 import evaluate as search_r1_rows
 from inputs import offline_world
 from reporting import write_report
 
@@ -78,24 +79,12 @@ def train_arm(config: GrpoConfig, name: str, warmup: Path | None) -> dict:
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
-    """Greedy Search-R1 with the config's turn budget on the first ``n`` test questions."""
+    """Greedy Search-R1 with the config's turn budget on the first ``n`` test questions
+    (``bench_ur2.evaluate``), each row with its question kind."""
     from advrag.datasets.loaders import load_qa
-    from advrag.engines.local.generation import HFGenerator, pick_dtype
-    from advrag.evaluation import methods, scoring
-    from advrag.models.loading import load_policy
-    from advrag.retrieval.retriever import load_retriever
 
-    settings = BenchmarkConfig(methods=["search_r1"], limit=n, max_turns=config.max_turns,
-                               topk=config.topk, max_new_tokens=80, batch_size=32)
+    rows = search_r1_rows(model, config, n)
     records = load_qa(config.world_dir / "test.jsonl", limit=n)
-    policy = load_policy(model, dtype=pick_dtype("auto"))
-    generator = methods.Generators(HFGenerator(policy.model, policy.tokenizer, batch_size=32))
-    retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))
-    outputs = []
-    for start in range(0, len(records), 32):
-        questions = [r.question for r in records[start:start + 32]]
-        outputs += methods.run_method("search_r1", questions, generator, retriever, settings)
-    rows = scoring.score_rows(records, outputs)
     for row, record in zip(rows, records, strict=True):
         row["kind"] = question_kind(record)
     return rows
