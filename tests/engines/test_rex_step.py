@@ -139,3 +139,12 @@ def test_ur2_explores_with_probes_from_its_searching_items(tiny_policy_dir):
     assert metrics["rex/probe_accuracy"] == 1.0 and metrics["ur2/stage"] == 2.0
     # UR²'s counts are shares of every rewarded trajectory: 3 of 9 (the probes) are correct
     assert metrics["ur2/correct"] == pytest.approx(3 / 9)
+
+
+def test_the_progress_line_names_the_probes():
+    from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
+
+    line = GrpoRecipe(GrpoConfig(exploration={"kind": "rex"})).describe(
+        {"reward_mean": 0.25, "loss": 0.1, "rollout_s": 20.0, "score_s": 0.0, "update_s": 9.6,
+         "rex/probes_opened": 3.0, "rex/probes_kept": 1.0})
+    assert line == "reward 0.250, loss 0.1000, probes 3 opened / 1 kept, 30 s"

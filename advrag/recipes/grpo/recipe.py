@@ -119,9 +119,13 @@ class GrpoRecipe(Recipe):
             self.exploration_state = ExplorationState(float(state["keep_ratio"]))
 
     def describe(self, metrics: dict[str, float]) -> str:
-        """Reward, loss and seconds of one update."""
+        """Reward, loss, seconds of one update; with REX-RAG the probes opened and kept."""
         seconds = metrics["rollout_s"] + metrics["score_s"] + metrics["update_s"]
-        return f"reward {metrics['reward_mean']:.3f}, loss {metrics['loss']:.4f}, {seconds:.0f} s"
+        probes = ("" if "rex/probes_opened" not in metrics else
+                  f", probes {metrics['rex/probes_opened']:.0f} opened / "
+                  f"{metrics['rex/probes_kept']:.0f} kept")
+        return (f"reward {metrics['reward_mean']:.3f}, loss {metrics['loss']:.4f}{probes}, "
+                f"{seconds:.0f} s")
 
     def registry_names(self) -> dict[str, str]:
         """The trained agent's registered model."""
