@@ -7,6 +7,7 @@ Bucket edges of ``bin`` and the winner's bonus both ways are pinned in
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,10 +26,13 @@ from advrag.agents.types import Trajectory
 from advrag.config import load_config
 from advrag.core.actions import action_means, action_token_ids
 from advrag.core.arr_process import arr_process_advantages
-from advrag.core.arr_rewards import gold_in_text, impact
+from advrag.core.arr_rewards import bin_value, gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
+from advrag.datasets.records import QARecord
 from advrag.engines.local.tokenize import encode_trajectories
+from advrag.engines.local.trainer import UpdateInputs
 from advrag.recipes.arr import ArrConfig
+from advrag.recipes.arr.step import score, verifier_update
 
 HAMLET = "Who wrote Hamlet?"
 GOLD = ["William Shakespeare"]
@@ -242,3 +246,52 @@ def test_ablation_configs_differ_from_the_recipe_only_in_their_switch_and_names(
         changed = {k for k in base if base[k] != ablation[k]}
         assert changed == {switch} | names and ablation[switch] is False
     assert base == ArrConfig().model_dump()  # the defaults are the CPU recipe
+
+
+def test_w_o_adv_out_changes_only_the_winners_bonus_of_the_step():
+    # the reasoner (F1 1) beats the verifier (F1 2/3): bonus λ·bin(1/3) in arr.yaml, none without
+    d = hamlet_dialogue()
+    main, ablation = (load_config(path, ArrConfig) for path in
+                      ("configs/arr.yaml", "configs/arr-no-adv.yaml"))
+    record = QARecord("q", HAMLET, GOLD)
+    (with_bonus,), (without,) = (score([d], [record], config) for config in (main, ablation))
+    assert with_bonus.reward_reasoner - without.reward_reasoner == pytest.approx(
+        main.lam * bin_value(1 / 3, main.n_bins))
+    assert with_bonus.reward_verifier == without.reward_verifier
+    assert (with_bonus.f1_reasoner, with_bonus.f1_verifier) == (without.f1_reasoner,
+                                                                without.f1_verifier)
+
+
+class _PreparedOnly:
+    """A trainer stand-in for ``verifier_update``: ``prepare`` gives hand-made inputs and
+    ``learn`` returns the advantages it was handed, so the step's advantage wiring is seen."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def prepare(self, trajectories, scores, group_ids, entropy_first=False):
+        advantages = torch.where(self.batch.loss_mask, 0.3, 0.0)
+        return UpdateInputs(self.batch, None, None, advantages,
+                            torch.full(self.batch.input_ids.shape, 0.5))
+
+    def learn(self, inputs):
+        return SimpleNamespace(metrics={"advantages": inputs.advantages})
+
+
+def test_w_o_proc_adv_leaves_the_verifiers_outcome_advantages(tokenizer):
+    d = hamlet_dialogue()
+    split = split_actions(d.verifier, ["verify", "response"])
+    trainer = _PreparedOnly(encode_trajectories([split.trajectory], tokenizer, max_len=4096))
+    record = QARecord("q", HAMLET, GOLD)
+    main, ablation = (load_config(path, ArrConfig) for path in
+                      ("configs/arr.yaml", "configs/arr-no-proc.yaml"))
+    scores = score([d], [record], main)
+    (with_proc, term), (without, _) = (
+        verifier_update(trainer, [split], [d], [record], scores, [0.8], config)
+        for config in (main, ablation))
+    base = torch.where(trainer.batch.loss_mask, 0.3, 0.0)
+    assert torch.equal(without["advantages"], base)
+    changed = with_proc["advantages"] != base
+    ids = action_token_ids(trainer.batch.segment_ids, [split.segment_action])
+    assert changed.any() and not changed[ids < 0].any()  # only critique tokens move
+    assert torch.equal(with_proc["advantages"], term.advantages)
