@@ -1,10 +1,19 @@
 """GAR rewards (GAR §3 "Reward Functions", weights from §4.1).
 
+- Slice score ``r_s`` of one judgment (``slice_score``): the paper's binary
+  verdict, 1 for "yes" and 0 for "no" (``mode="verdict"``); ``mode="p_yes"``
+  keeps the continuous P(yes) read at the verdict instead, a named option of
+  ours, not the paper's. A judgment without a verdict under the mode's reading
+  (no parsable yes/no; no "Verdict:" to read P(yes) at) has no score, and
+  earns its slice 0 in ``R_s`` — not 0.5: an unreadable judgment says nothing
+  in the slice's favour (the paper does not say; this is our reading).
 - Reasoner: ``R_rea = λ1·R_m + λ2·R_s`` with ``R_m`` the exact-match reward and
-  ``R_s`` the mean of the discriminator's slice scores.
+  ``R_s`` the mean of the slice scores.
 - Discriminator: ``R_dis = λ3·R_d + λ4·R_a`` with the GAN term
   ``R_d = E_ref[log M_d(x)] + E_gen[log(1 − M_d(x))]`` and the alignment term
-  ``R_a = mean_i (1 − |r_i − 1[correct]|)``.
+  ``R_a = mean_i (1 − |r_i − 1[correct]|)``. ``M_d(x)`` is "the
+  discriminator's estimated probability", so the GAN term reads P(yes) in
+  either mode; ``r_i`` is the slice score.
 - Defaults are the paper's: λ1 = λ2 = λ3 = 1, λ4 = 0.5.
 
 How this departs from the paper (which does not say):
@@ -35,6 +44,22 @@ def _check_unit(values: Sequence[float], name: str) -> None:
 def _mean(values: Sequence[float]) -> float:
     """Arithmetic mean; 0 for an empty sequence (see the module docstring)."""
     return math.fsum(values) / len(values) if values else 0.0
+
+
+SLICE_SCORES = ("verdict", "p_yes")
+"""How a judgment becomes its slice score (module docstring); "verdict" is the paper's."""
+
+
+def slice_score(verdict: bool | None, p_yes: float | None, mode: str = "verdict") -> float | None:
+    """``r_s`` of one judgment: its verdict as 1/0 (``"verdict"``) or its P(yes) (``"p_yes"``);
+    None when it has none under that reading (its slice then earns 0, module docstring)."""
+    if mode == "verdict":
+        return None if verdict is None else float(verdict)
+    if mode == "p_yes":
+        if p_yes is not None:
+            _check_unit([p_yes], "p_yes")
+        return p_yes
+    raise ValueError(f"slice score mode must be one of {SLICE_SCORES}, got {mode!r}")
 
 
 def reasoner_reward(

@@ -240,7 +240,8 @@ SliceJudge = Callable[[Sequence[SliceQuery]], list[SliceLabel | None]]
 
 def slice_queries(trajectory: Trajectory, record: QARecord, count_tokens: Callable[[str], int],
                   max_tokens: int = 320) -> list[SliceQuery]:
-    """The policy's reasoning cut into slices (at most ``max_tokens`` each), ready to judge."""
+    """The policy's reasoning cut into slices (``slicing.MIN_SLICE_TOKENS`` to ``max_tokens``
+    tokens each, as GAR's RL step cuts rollouts by default), ready to judge."""
     passages = tuple(s.text for s in trajectory.segments if s.source == "env")
     slices = slice_reasoning(reasoning_text(trajectory), count_tokens, max_tokens)
     return [SliceQuery(text, record, passages) for text in slices]

@@ -11,6 +11,7 @@ from advrag.core.gar_rewards import (
     discriminator_reward,
     discriminator_total,
     reasoner_reward,
+    slice_score,
 )
 
 
@@ -87,3 +88,18 @@ def test_out_of_range_or_nan_probabilities_raise(bad):
 def test_invalid_eps_raises(eps):
     with pytest.raises(ValueError, match="eps"):
         discriminator_reward([0.5], [0.5], eps=eps)
+
+
+def test_slice_score_is_the_verdict_by_default_and_p_yes_on_request():
+    # the paper's r_s is the 0/1 verdict: P(yes) does not move it
+    assert (slice_score(True, 0.3), slice_score(False, 0.9)) == (1.0, 0.0)
+    assert slice_score(None, 0.9) is None  # no verdict: no score (its slice earns 0)
+    assert slice_score(False, 0.25, "p_yes") == 0.25
+    assert slice_score(True, None, "p_yes") is None  # no P(yes) to read: no score
+
+
+def test_slice_score_rejects_an_unknown_mode_and_a_bad_probability():
+    with pytest.raises(ValueError, match="slice score mode"):
+        slice_score(True, 0.5, "logit")
+    with pytest.raises(ValueError, match="p_yes"):
+        slice_score(True, 1.5, "p_yes")

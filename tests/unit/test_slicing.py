@@ -1,4 +1,4 @@
-"""GAR slicing: delimiters, semantic beginnings, the token budget, and lossless coverage."""
+"""GAR slicing: delimiters, semantic beginnings, the length range, and lossless coverage."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from random import Random
 import pytest
 
 from advrag.agents.types import Trajectory
-from advrag.curation.slicing import DISCOURSE_CUES, reasoning_text, slice_reasoning
+from advrag.curation.slicing import (
+    DISCOURSE_CUES,
+    MIN_SLICE_TOKENS,
+    reasoning_text,
+    slice_reasoning,
+)
 
 
 def words(text: str) -> int:
@@ -28,9 +33,55 @@ def assert_covers(text: str, slices: list[str]) -> None:
 
 
 def test_discourse_cues_open_new_slices():
-    text = "I need the year. So the year is 1901.\nWait, check it. It holds."
-    assert slice_reasoning(text, words) == [
-        "I need the year.", "So the year is 1901.", "Wait, check it. It holds."]
+    # no minimum: every cue, "Since" (GAR App. F.1) among them, opens a slice of its own
+    text = "I need the year. So the year is 1901.\nWait, check it. Since it holds, done."
+    assert slice_reasoning(text, words, min_tokens=0) == [
+        "I need the year.", "So the year is 1901.", "Wait, check it.", "Since it holds, done."]
+
+
+def test_the_papers_cues_are_among_the_discourse_cues():
+    assert {"Wait", "Since", "Therefore"} <= set(DISCOURSE_CUES)
+
+
+def test_a_slice_under_the_minimum_absorbs_the_next_cue_segment():
+    # with a minimum of 5 words: "I need the year." (4) takes in "So the year is 1901." (5);
+    # the 9-word slice then closes at the cue "Wait"; "Wait, check it." (3) takes in the rest
+    text = "I need the year. So the year is 1901.\nWait, check it. Since it holds, done."
+    assert slice_reasoning(text, words, min_tokens=5) == [
+        "I need the year. So the year is 1901.", "Wait, check it. Since it holds, done."]
+
+
+def test_a_short_last_slice_joins_the_one_before():
+    # "Since done." (2 words) is under the minimum of 3 with nothing after it: 5 + 2 ≤ 10
+    text = "So the year is 1901. Since done."
+    assert slice_reasoning(text, words, max_tokens=10, min_tokens=3) == [text]
+
+
+def test_the_minimum_crosses_a_turn_boundary_but_never_the_maximum():
+    # the blank line between turns is a new beginning, but a 4-word turn is under 5 words
+    assert slice_reasoning("a b c d.\n\ne f g h.", words, min_tokens=5) == ["a b c d.\n\ne f g h."]
+    # a short piece stays alone when neither neighbour can take it within the maximum
+    text = "a b c d e. f. g h i j k."
+    assert slice_reasoning(text, words, max_tokens=5, min_tokens=3) == ["a b c d e.", "f.",
+                                                                         "g h i j k."]
+
+
+def test_the_default_range_merges_a_lone_plan_sentence():
+    # "I need the year." is 4 words, under MIN_SLICE_TOKENS of them: it takes in the next turn's
+    # fact (across the blank line) and reaches 4 + 12 = 16 words; the next cue then opens a slice
+    plan = "I need the year."
+    fact = "The year the city of Tarn was founded is 1901 by record."
+    rest = "So it is 1901 and the answer follows from the founding record of the city of Tarn."
+    assert (words(plan), words(fact), words(rest)) == (4, 12, 17)
+    assert MIN_SLICE_TOKENS == 16
+    assert slice_reasoning(f"{plan}\n\n{fact} {rest}", words) == [f"{plan}\n\n{fact}", rest]
+
+
+def test_a_minimum_above_the_maximum_is_the_maximum_and_a_negative_one_fails():
+    text = "a b. c d. e f."
+    assert slice_reasoning(text, words, max_tokens=4, min_tokens=40) == ["a b. c d.", "e f."]
+    with pytest.raises(ValueError, match="min_tokens"):
+        slice_reasoning(text, words, min_tokens=-1)
 
 
 def test_segments_merge_keeping_their_separators():
@@ -39,12 +90,12 @@ def test_segments_merge_keeping_their_separators():
 
 def test_cues_count_only_at_a_sentence_start_and_as_whole_words():
     text = "It is odd, so we look again. Sometimes it rains. **So** it was wet."
-    assert slice_reasoning(text, words) == [
+    assert slice_reasoning(text, words, min_tokens=0) == [
         "It is odd, so we look again. Sometimes it rains.", "**So** it was wet."]
 
 
 def test_blank_line_starts_a_new_slice():
-    assert slice_reasoning("a b.\n\nc d.\ne f.", words) == ["a b.", "c d.\ne f."]
+    assert slice_reasoning("a b.\n\nc d.\ne f.", words, min_tokens=0) == ["a b.", "c d.\ne f."]
 
 
 def test_budget_closes_a_slice_before_it_overflows():
@@ -82,14 +133,24 @@ def _random_trace(rng: Random) -> str:
 
 
 @pytest.mark.parametrize("seed", range(25))
-def test_slices_cover_the_text_and_respect_the_budget(seed):
+def test_slices_cover_the_text_and_keep_to_the_range(seed):
     rng = Random(seed)
     text, budget = _random_trace(rng), rng.choice([4, 12, 40, 320])
-    count = rng.choice([words, len])
-    slices = slice_reasoning(text, count, max_tokens=budget)
+    count, floor = rng.choice([words, len]), rng.choice([0, 3, 16])
+    slices = slice_reasoning(text, count, max_tokens=budget, min_tokens=floor)
     assert_covers(text, slices)
     assert all(count(s) <= budget or len(s.split()) == 1 for s in slices)
-    assert slice_reasoning(text, count, max_tokens=budget) == slices  # deterministic
+    spans, pos = [], 0
+    for piece in slices:
+        pos = text.index(piece, pos)
+        spans.append((pos, pos + len(piece)))
+        pos += len(piece)
+    for i, (a, b) in enumerate(spans):  # a short slice: no neighbour could take it
+        if count(text[a:b]) < min(floor, budget):
+            joins = [text[spans[i - 1][0]:b]] if i else []
+            joins += [text[a:spans[i + 1][1]]] if i + 1 < len(spans) else []
+            assert all(count(j) > budget for j in joins)
+    assert slice_reasoning(text, count, max_tokens=budget, min_tokens=floor) == slices
 
 
 def _trajectory(*segments: tuple[str, str]) -> Trajectory:
@@ -123,15 +184,19 @@ def test_reasoning_text_falls_back_to_plain_cot_and_keeps_unclosed_thoughts():
     assert reasoning_text(_trajectory(("<answer> x </answer>", "policy"))) == ""
 
 
-def test_demonstration_reasoning_slices_one_per_turn(demos):
+def test_demonstration_reasoning_slices_group_whole_turns(demos):
     for demo in demos:
         thoughts = [m.strip() for s in demo.segments if s.source == "policy"
                     for m in re.findall(r"<think>(.*?)</think>", s.text, re.S)]
         text = reasoning_text(demo)
         assert text == "\n\n".join(thoughts)
         assert "Doc 1(" not in text and "<information>" not in text
+        # without a minimum: one slice per turn (each is short, a blank line separates turns)
+        assert slice_reasoning(text, words, min_tokens=0) == thoughts
+        # with the default range: whole turns grouped, none under the minimum but a lone slice
         slices = slice_reasoning(text, words)
-        assert slices == thoughts  # each turn is short, and a blank line separates turns
+        assert [turn for s in slices for turn in s.split("\n\n")] == thoughts
+        assert len(slices) == 1 or all(words(s) >= MIN_SLICE_TOKENS for s in slices)
         assert_covers(text, slices)
 
 

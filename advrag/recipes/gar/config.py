@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from advrag.config.base import OverridesOf
 from advrag.config.engine import TrainConfig
 from advrag.config.rl import RLRunConfig
+from advrag.curation.slicing import MIN_SLICE_TOKENS
 
 
 class GarConfig(RLRunConfig):
@@ -20,7 +21,11 @@ class GarConfig(RLRunConfig):
     mixes in as many reference slices from grounded demonstrations, lets the
     discriminator judge every slice, and updates the reasoner with
     λ1·R_m + λ2·R_s and (``discriminator: trainable``) the discriminator with
-    λ3·R_d + λ4·R_a, both by GRPO. The paper's λ are the defaults.
+    λ3·R_d + λ4·R_a, both by GRPO. The paper's λ, L, K, R_m (exact match) and
+    r_s (the 0/1 verdict) are the defaults. ``configs/gar.yaml`` also turns the
+    reasoner's KL term on (App. H pairs R_d with KL regularisation) and keeps
+    the discriminator's off (its reference would be the base without its SFT
+    adapter).
     """
 
     RECIPE: ClassVar[str] = "gar"
@@ -36,20 +41,31 @@ class GarConfig(RLRunConfig):
     )
     discriminator: Literal["none", "fixed", "trainable"] = Field(
         "trainable", description="Table 4's rows: 'none' = R_m only, no discriminator; 'fixed' = "
-        "the SFT discriminator scores but never learns; 'trainable' = joint adversarial RL.",
+        "the discriminator scores but never learns; 'trainable' = joint adversarial RL.",
+    )
+    discriminator_sft: bool = Field(
+        True, description="Start the discriminator from its SFT (`advrag discriminator-sft`, a "
+        "pipeline stage); false = the base model judges, never tuned (Table 4 row 3 with "
+        "discriminator: fixed).",
     )
     discriminator_adapter: Path | None = Field(
-        None, description="The SFT discriminator's adapter (`advrag discriminator-sft`); null = a "
-        "fresh adapter (an untrained judge).",
+        None, description="The SFT discriminator's adapter (the pipeline sets it); null with "
+        "discriminator: trainable = a fresh adapter (an untrained judge).",
     )
     lam1: float = Field(1.0, ge=0, description="λ1: weight of the answer reward R_m.")
     lam2: float = Field(1.0, ge=0, description="λ2: weight of the slice reward R_s.")
     lam3: float = Field(1.0, ge=0, description="λ3: weight of the GAN term R_d (0 = 'R_a only').")
     lam4: float = Field(0.5, ge=0, description="λ4: weight of the alignment term R_a (0 = 'R_d only').")
     max_slice_tokens: int = Field(320, ge=8, description="GAR's L: most tokens per slice.")
+    min_slice_tokens: int = Field(
+        MIN_SLICE_TOKENS, ge=0, description="Fewest tokens per slice (App. F.1's range; the floor "
+        "is ours, as the discriminator data's): shorter pieces merge with a neighbour.")
     max_judge_tokens: int = Field(128, ge=8, description="GAR's K: most tokens per judgment.")
+    slice_score: Literal["verdict", "p_yes"] = Field(
+        "verdict", description="r_s of a judgment: its written verdict, 1 = yes, 0 = no (the "
+        "paper's), or P(yes) at its verdict (ours); without a verdict its slice earns 0.")
     malformed_penalty: float = Field(1.0, ge=0, description="Subtracted from a judgment with no "
-                                     "readable verdict (its slice then scores 0.5).")
+                                     "verdict (its slice then scores 0).")
     reward_metric: Literal["em", "f1"] = Field("em", description="R_m: EM (paper) or F1 of the answer.")
     registered_reasoner: str = Field("advrag-gar-reasoner", min_length=1,
                                      description="Registry name (reasoner).")
@@ -61,4 +77,12 @@ class GarConfig(RLRunConfig):
         if self.lora is None:
             raise ValueError("lora: GAR keeps the reasoner and the discriminator as two LoRA "
                              "adapters on one base — give lora settings")
+        return self
+
+    @model_validator(mode="after")
+    def _untuned_means_no_adapter(self) -> GarConfig:
+        """An untuned discriminator loads no SFT adapter."""
+        if not self.discriminator_sft and self.discriminator_adapter is not None:
+            raise ValueError("discriminator_sft: false judges with the base model — drop "
+                             "discriminator_adapter, or set discriminator_sft: true")
         return self

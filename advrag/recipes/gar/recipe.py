@@ -2,12 +2,15 @@
 
 Both are LoRA adapters on one base (the warm-up model when there is one). The
 discriminator starts from its SFT adapter (``discriminator_adapter``, made by
-the ``discriminator_sft`` flow) or fresh. One update is ``step.gar_step``:
-rollouts are sliced, mixed with as many reference slices from grounded
-demonstrations of the same questions, judged, and both agents updated by GRPO.
-Table 4's rows are configs: ``discriminator: none`` (R_m only), ``fixed`` (the
-SFT judge never learns), ``trainable`` with ``lam4: 0`` (R_d only), ``lam3: 0``
-(R_a only), or both (the default).
+the ``discriminator_sft`` flow), or — ``discriminator_sft: false`` — from a
+fresh adapter, which LoRA initialises to change nothing: the base model
+judges. One update is ``step.gar_step``: rollouts are sliced, mixed with as
+many reference slices from grounded demonstrations of the same questions,
+judged, and both agents updated by GRPO. Table 4's rows are configs:
+``discriminator: none`` (row 2, R_m only), ``fixed`` with
+``discriminator_sft: false`` (row 3, the untuned base model judges), ``fixed``
+(row 4, the SFT judge never learns), ``trainable`` with ``lam3: 0`` (row 5,
+R_a only), ``lam4: 0`` (row 6, R_d only), or both (row 7, the default).
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ class GarRecipe(Recipe):
         self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
     def upstream(self) -> tuple[str, ...]:
-        """The discriminator's SFT, unless the config trains without one."""
-        return () if self.config.discriminator == "none" else ("discriminator_sft",)
+        """The discriminator's SFT, unless the config has no discriminator or an untuned one."""
+        c = self.config
+        return ("discriminator_sft",) if c.discriminator != "none" and c.discriminator_sft else ()
 
     def use_discriminator(self, adapter_dir: Path) -> None:
         """Start the discriminator from the SFT adapter in ``adapter_dir``."""
@@ -69,9 +73,10 @@ class GarRecipe(Recipe):
         from advrag.models.loading import load_policy, resolve_model_dir
 
         c = self.config
-        if c.discriminator == "fixed" and c.discriminator_adapter is None:
+        if c.discriminator == "fixed" and c.discriminator_sft and c.discriminator_adapter is None:
             raise ValueError("discriminator: fixed needs discriminator_adapter (the SFT judge): run "
-                             "`advrag discriminator-sft` and name its adapter, or run the pipeline")
+                             "`advrag discriminator-sft` and name its adapter, or run the pipeline; "
+                             "discriminator_sft: false judges with the untuned base model")
         seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
         loaded = load_policy(start_model, dtype="float32")
         names = ("reasoner",) if c.discriminator == "none" else ("reasoner", "discriminator")
@@ -116,7 +121,7 @@ class GarRecipe(Recipe):
             self.references[record.id] = [
                 Slice(record.id, record.question, text, None) for demo in demos
                 for text in slice_reasoning(reasoning_text(demo), self.count_tokens,
-                                            c.max_slice_tokens)]
+                                            c.max_slice_tokens, c.min_slice_tokens)]
         return self.references[record.id]
 
     def describe(self, metrics: dict[str, float]) -> str:

@@ -2,16 +2,19 @@
 
 1. rollout: ``group_size`` Search-R1 trajectories per question (the reasoner's adapter);
 2. slice: each trajectory's own reasoning (``<think>`` text, never documents) cut into
-   slices of at most L tokens (``curation.slicing``); as many reference slices are
-   drawn from grounded demonstrations (each judged with its own question);
+   slices of ``min_slice_tokens`` to L tokens (``curation.slicing``); as many reference
+   slices are drawn from grounded demonstrations (each judged with its own question);
 3. judge: the discriminator writes analysis → verdict → rationale (≤ K tokens) for
-   every slice; its score is P(yes) at the verdict token (``verdicts``); a judgment
-   without a readable verdict scores 0.5 and costs ``malformed_penalty``;
-4. score: reasoner reward λ1·R_m + λ2·mean(its slices' scores)
-   (``core.gar_rewards.reasoner_reward``); each judgment's reward is its slice's
-   share of λ3·R_d + λ4·R_a: λ3·log p for a reference slice, and
-   λ3·log(1 − p) + λ4·(1 − |p − 1[correct]|) for a generated one (correct: the
-   rollout's answer scores 1 under ``reward_metric``);
+   every slice, and P(yes) is read at its verdict token (``verdicts``);
+4. score: each judgment's slice score r_s (``core.gar_rewards.slice_score``) is its
+   written verdict, 1 for yes and 0 for no (``slice_score: verdict``, the paper's), or
+   P(yes) (``slice_score: p_yes``). A judgment without a verdict under that reading earns
+   its slice 0 — not 0.5 — and costs the discriminator ``malformed_penalty``. The
+   reasoner's reward is λ1·R_m + λ2·mean(its slices' r_s) (``reasoner_reward``); each
+   judgment's reward is its slice's share of λ3·R_d + λ4·R_a: λ3·log p for a reference
+   slice, and λ3·log(1 − p) + λ4·(1 − |r_s − 1[correct]|) for a generated one, with p =
+   P(yes) (0.5 when the judgment has no "Verdict:" to read it at) and correct = the
+   rollout's answer scores 1 under ``reward_metric``;
 5. update: GRPO for the reasoner (groups: a question's rollouts) and, when
    trainable, for the discriminator (groups: all judgments of one question's
    slices, reference ones included).
@@ -33,9 +36,14 @@ import torch
 
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever, TextGenerator
-from advrag.core.gar_rewards import alignment_reward, discriminator_reward, reasoner_reward
+from advrag.core.gar_rewards import (
+    alignment_reward,
+    discriminator_reward,
+    reasoner_reward,
+    slice_score,
+)
 from advrag.core.rewards import ANSWER_METRICS
-from advrag.curation.gar_labels import discriminator_prompt
+from advrag.curation.gar_labels import discriminator_prompt, parse_verdict
 from advrag.curation.slicing import reasoning_text, slice_reasoning
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
@@ -54,11 +62,12 @@ class Slice:
 
 
 def generated_slices(trajectories: Sequence[Trajectory], records: Sequence[QARecord],
-                     count_tokens: Callable[[str], int], max_tokens: int) -> list[Slice]:
+                     count_tokens: Callable[[str], int], max_tokens: int,
+                     min_tokens: int) -> list[Slice]:
     """Every rollout's reasoning slices, in rollout order."""
     return [Slice(r.id, r.question, text, i)
             for i, (t, r) in enumerate(zip(trajectories, records, strict=True))
-            for text in slice_reasoning(reasoning_text(t), count_tokens, max_tokens)]
+            for text in slice_reasoning(reasoning_text(t), count_tokens, max_tokens, min_tokens)]
 
 
 def reference_slices(pool: Sequence[Slice], n: int, seed: int) -> list[Slice]:
@@ -95,18 +104,38 @@ def judged_slices(slices: Sequence[Slice], judgments: Sequence[Trajectory],
             for s, j, p in zip(slices, judgments, probs, strict=True)]
 
 
+def judgment_scores(judgments: Sequence[Trajectory], probs: Sequence[float | None],
+                    mode: str) -> list[float | None]:
+    """Each judgment's slice score r_s under ``mode`` (module docstring); None without a verdict."""
+    return [slice_score(parse_verdict(j.policy_text()), p, mode)
+            for j, p in zip(judgments, probs, strict=True)]
+
+
+def rollout_slice_scores(slices: Sequence[Slice], scores: Sequence[float | None],
+                         n_rollouts: int) -> list[list[float]]:
+    """Each rollout's slice scores, in slice order (its R_s is their mean); a judgment without
+    a verdict earns its slice 0. Reference slices belong to no rollout."""
+    per_rollout: list[list[float]] = [[] for _ in range(n_rollouts)]
+    for s, score in zip(slices, scores, strict=True):
+        if s.trajectory is not None:
+            per_rollout[s.trajectory].append(0.0 if score is None else score)
+    return per_rollout
+
+
 def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
-                     correct: Sequence[bool], config: GarConfig) -> list[float]:
-    """Each judgment's share of λ3·R_d + λ4·R_a (module docstring); malformed ones penalised."""
+                     scores: Sequence[float | None], correct: Sequence[bool],
+                     config: GarConfig) -> list[float]:
+    """Each judgment's share of λ3·R_d + λ4·R_a (module docstring); one without a verdict pays
+    ``malformed_penalty``."""
     rewards = []
-    for s, p in zip(slices, probs, strict=True):
-        score = 0.5 if p is None else p
+    for s, p, score in zip(slices, probs, scores, strict=True):
+        p = 0.5 if p is None else p
         if s.trajectory is None:
-            reward = config.lam3 * discriminator_reward([score], [])
+            reward = config.lam3 * discriminator_reward([p], [])
         else:
-            reward = (config.lam3 * discriminator_reward([], [score])
-                      + config.lam4 * alignment_reward([score], correct[s.trajectory]))
-        rewards.append(reward - (config.malformed_penalty if p is None else 0.0))
+            reward = (config.lam3 * discriminator_reward([], [p]) + config.lam4
+                      * alignment_reward([0.0 if score is None else score], correct[s.trajectory]))
+        rewards.append(reward - (config.malformed_penalty if score is None else 0.0))
     return rewards
 
 
@@ -142,7 +171,7 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     update = reasoner.update(trajectories, rewards, group_ids).metrics
     push_updated_weights(generators["reasoner"], reasoner)
     reasoner_metrics = rollout_metrics(trajectories, rewards, group_ids) | update | {
-        "answer_score": sum(answer_scores) / len(answer_scores)}
+        "answer_score": mean(answer_scores), "slice_score": mean([mean(s) for s in slice_scores])}
     metrics |= {f"reasoner/{k}": v for k, v in reasoner_metrics.items()}
     metrics |= {"time/judge_s": judged - rolled, "time/update_s": time.perf_counter() - judged,
                 "time/step_s": time.perf_counter() - started}
@@ -152,43 +181,53 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
 def _judge_and_train_discriminator(trainers, generators, trajectories, repeated, answer_scores,
                                    config: GarConfig, references, scorer, count_tokens, step,
                                    metrics: dict[str, float], slice_log) -> list[list[float]]:
-    """Slice, judge, reward and (when trainable) update the discriminator; each rollout's slice scores."""
-    generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens)
+    """Slice, judge, reward and (when trainable) update the discriminator; each rollout's slice
+    scores."""
+    generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens,
+                                 config.min_slice_tokens)
     slices = generated + reference_slices(references, len(generated), seed=step)
     judgments, probs = judge(generators["discriminator"], scorer, slices, config.max_judge_tokens)
+    scores = judgment_scores(judgments, probs, config.slice_score)
     correct = [m >= 1.0 for m in answer_scores]
     if slice_log is not None:
         slice_log.append({"step": step, **{kind: [p for s, p in zip(slices, probs) if p is not None
                                                   and (s.trajectory is None) == (kind == "reference")]
                                            for kind in ("reference", "generated")},
                           "judged": judged_slices(slices, judgments, probs, correct)})
-    per_rollout: list[list[float]] = [[] for _ in trajectories]
-    for s, p in zip(slices, probs):
-        if s.trajectory is not None:
-            per_rollout[s.trajectory].append(0.5 if p is None else p)
-    rewards = judgment_rewards(slices, probs, correct, config)
-    metrics |= discriminator_metrics(slices, probs, rewards)
+    rewards = judgment_rewards(slices, probs, scores, correct, config)
+    metrics |= discriminator_metrics(slices, probs, scores, correct, rewards)
     if "discriminator" in trainers and slices:
         trainer = trainers["discriminator"]
         result = trainer.update(judgments, torch.tensor(rewards), [s.question_id for s in slices])
         push_updated_weights(generators["discriminator"], trainer)
         metrics |= {f"discriminator/{k}": v for k, v in result.metrics.items()}
-    return per_rollout
+    return rollout_slice_scores(slices, scores, len(trajectories))
 
 
 def discriminator_metrics(slices: Sequence[Slice], probs: Sequence[float | None],
+                          scores: Sequence[float | None], correct: Sequence[bool],
                           rewards: Sequence[float]) -> dict[str, float]:
-    """Slice counts, mean scores of both kinds, accuracy on the balanced set, malformed share."""
+    """Slice counts; mean P(yes) of both kinds; the accuracy of the slice scores (> 0.5 = judged
+    a reference slice) on the balanced set, judgments without a verdict left out; their share;
+    the batch's R_d (P(yes), 0.5 where unread) and R_a (generated slices' r_s, 0 without one)."""
     n = max(len(slices), 1)
-    scored = [(s.trajectory is None, p) for s, p in zip(slices, probs) if p is not None]
+    read = [(s.trajectory is None, p) for s, p in zip(slices, probs) if p is not None]
+    scored = [(s.trajectory is None, r) for s, r in zip(slices, scores) if r is not None]
+    p_of = {kind: [0.5 if p is None else p for s, p in zip(slices, probs)
+                   if (s.trajectory is None) == (kind == "reference")]
+            for kind in ("reference", "generated")}
+    agreement = [alignment_reward([0.0 if r is None else r], correct[s.trajectory])
+                 for s, r in zip(slices, scores) if s.trajectory is not None]
     return {
         "slices/generated": float(sum(s.trajectory is not None for s in slices)),
         "slices/reference": float(sum(s.trajectory is None for s in slices)),
-        "discriminator/score_reference": mean([p for ref, p in scored if ref]),
-        "discriminator/score_generated": mean([p for ref, p in scored if not ref]),
-        "discriminator/accuracy": mean([float((p > 0.5) == ref) for ref, p in scored]),
-        "discriminator/malformed": sum(p is None for p in probs) / n,
+        "discriminator/score_reference": mean([p for ref, p in read if ref]),
+        "discriminator/score_generated": mean([p for ref, p in read if not ref]),
+        "discriminator/accuracy": mean([float((r > 0.5) == ref) for ref, r in scored]),
+        "discriminator/malformed": sum(r is None for r in scores) / n,
         "discriminator/reward_mean": mean(list(rewards)),
+        "discriminator/R_d": discriminator_reward(p_of["reference"], p_of["generated"]),
+        "discriminator/R_a": mean(agreement),
     }
 
 
