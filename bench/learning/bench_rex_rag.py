@@ -6,7 +6,8 @@
 The protocol (declared in docs/rex-rag-experiments.md before any run):
 
 1. **Start policy**: the config's SFT warm-up (four turns, so its demonstrations include
-   three-hop chains), trained once and shared by every arm and seed.
+   three-hop chains), trained once (by the first arm, ``rex`` of the first seed) and shared by
+   every arm and seed.
 2. **Two arms per seed**, the same ``--steps`` updates of the same questions per update:
    ``rex`` (the config: probes, filter, correction) and ``grpo`` (the config with
    ``exploration: null``). Only ``optim.seed`` changes between seeds.
@@ -20,7 +21,8 @@ The protocol (declared in docs/rex-rag-experiments.md before any run):
 
 Writes ``--out`` (``bench/results/rex-rag.json``) with ``rex-rag_rows.jsonl`` (each
 policy's score per held-out question) and ``rex-rag_curves.png`` (per-update curves of
-every run) beside it. Every run resumes from its checkpoints when rerun.
+every run) beside it. Each arm trains in a child process and leaves ``<cache-dir>/<arm>.json``;
+a rerun reuses the arms that finished and resumes the others from their checkpoints.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from advrag.tasks import tracking
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from bench_ur2 import evaluate as search_r1_rows
 from inputs import offline_world
-from reporting import write_report
+from reporting import child_json, write_report
 
 MULTI_HOP = ("two-hop", "three-hop", "comparison")
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
@@ -70,12 +72,39 @@ def train_arm(config: GrpoConfig, name: str, warmup: Path | None) -> dict:
         shutil.copytree(warmup, config.checkpoint_dir / "warmup")
     started = time.perf_counter()
     result = run_recipe(GrpoRecipe(config), "bench-rex-rag", name)
-    client = tracking.client()
-    curves = {key: [m.value for m in sorted(client.get_metric_history(result["run_id"], key),
-                                            key=lambda m: m.step)] for key in CURVES}
-    return {"run_id": result["run_id"], "model_dir": result["model_dir"],
+    return {"run_id": result["run_id"], "model_dir": str(result["model_dir"]),
             "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
-            "curves": curves}
+            "curves": curves(result["run_id"])}
+
+
+def curves(run_id: str) -> dict[str, list[float]]:
+    """The per-update ``CURVES`` of one MLflow run."""
+    client = tracking.client()
+    return {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
+                                          key=lambda m: m.step)] for key in CURVES}
+
+
+def arm_result(args: argparse.Namespace, arm: str, seed: int) -> dict:
+    """One arm's result: read from ``<cache-dir>/<arm>-seed<seed>.json`` when it was trained
+    before, else trained in a child process (each arm's rollout engine and policy are freed
+    when it exits; in one process they piled up) that writes that file."""
+    done = args.cache_dir / f"{arm}-seed{seed}.json"
+    if not done.is_file():
+        child_json([sys.executable, __file__, "--config", args.config, "--steps", str(args.steps),
+                    "--cache-dir", str(args.cache_dir), "--arm", arm, "--seeds", str(seed)])
+    return json.loads(done.read_text())
+
+
+def train_one(args: argparse.Namespace, base: GrpoConfig) -> None:
+    """The child's work: train ``--arm`` for its seed from the shared warm-up, write its result."""
+    seed, first = args.seeds[0], args.cache_dir / "rex-seed0" / "warmup"
+    name = f"{args.arm}-seed{seed}"
+    config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
+    result = train_arm(config, name, first if first.is_dir() else None)
+    out = args.cache_dir / f"{name}.json"
+    out.with_suffix(".tmp").write_text(json.dumps(result) + "\n")
+    out.with_suffix(".tmp").replace(out)
+    print(json.dumps({"arm": name, "steps_run": result["steps_run"]}))
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
@@ -178,20 +207,19 @@ def main() -> None:
     parser.add_argument("--heldout", type=int, default=100, help="test questions evaluated")
     parser.add_argument("--out", type=Path, default=Path("bench/results/rex-rag.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-rex-rag"))
+    parser.add_argument("--arm", choices=("rex", "grpo"), default=None,
+                        help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
     offline_world()
     tracking.configure()
     base = load_config(args.config, GrpoConfig)
     if base.exploration is None:
         parser.error(f"--config {args.config}: no exploration: section, nothing to compare")
-    warmup, arms = None, {}
-    for seed in args.seeds:
-        for arm in ("rex", "grpo"):
-            name = f"{arm}-seed{seed}"
-            arms[name] = train_arm(arm_config(base, arm, seed, args.steps, args.cache_dir),
-                                   name, warmup)
-            warmup = warmup or args.cache_dir / name / "warmup"
-    rows = {"start": evaluate(str(warmup), base, args.heldout)}
+    if args.arm:
+        return train_one(args, base)
+    arms = {f"{arm}-seed{seed}": arm_result(args, arm, seed)
+            for seed in args.seeds for arm in ("rex", "grpo")}
+    rows = {"start": evaluate(str(args.cache_dir / "rex-seed0" / "warmup"), base, args.heldout)}
     for name, arm in arms.items():
         rows[name] = evaluate(arm["model_dir"], base, args.heldout)
     report = {"config": args.config, "seeds": args.seeds, "steps": args.steps,
