@@ -20,7 +20,7 @@ class UR2Config(GrpoConfig):
     all with the retrieval prompt, with the format + retrieval reward; stage 2 on the
     7:2:1 curated sample, prompts by task mixing, with the answer + format reward; both
     subtract ``fallback_penalty`` per fallback fault.
-    UR² trains with the REINFORCE++ baseline (App. C.2): ``optim.advantage`` defaults to it.
+    UR² trains with the REINFORCE++ baseline (App. C.1): ``optim.advantage`` defaults to it.
     """
 
     RECIPE: ClassVar[str] = "ur2"

@@ -21,7 +21,7 @@ reward counts, at most ``max_turns`` searches), and so do the warm-up's
 demonstrations. What a violation, a valid query and a fallback fault are is defined
 once, in ``agents.ur2_scoring`` (no search is a violation only where the prompt asked
 for one). Advantages: REINFORCE++ with a group-mean baseline and batch whitening
-(``optim.advantage: reinforce_pp``, App. C.2).
+(``optim.advantage: reinforce_pp``, App. C.1).
 
 How this departs from the paper: "correct" is the answer scoring at least 0.5
 under ``reward_metric`` (with EM: an exact match, the paper's reading; with F1:
@@ -50,7 +50,7 @@ from advrag.recipes.ur2.config import UR2Config
 
 
 class UR2Recipe(GrpoRecipe):
-    """Two-stage GRPO/REINFORCE++ on curated questions; warm-up and agents as ``grpo``."""
+    """Two-stage GRPO/REINFORCE++ on curated questions; ``grpo``'s agent under UR²'s prompt."""
 
     name = "ur2"
     config: UR2Config
