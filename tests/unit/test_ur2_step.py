@@ -88,3 +88,16 @@ def test_no_answer_is_never_correct(tmp_path):
     assert recipe.correct(trajectory, QA)
     trajectory.answer = None
     assert not recipe.correct(trajectory, QA)
+
+
+def test_the_warm_up_shows_the_prompt_the_rollouts_show(tmp_path):
+    from advrag.recipes.ur2 import UR2Recipe
+
+    chain = [{"subject": "Hamlet", "relation": "written_by", "object": "William Shakespeare"}]
+    record = QARecord("q9", HAMLET, ["William Shakespeare"], {"chain": chain})
+    recipe = UR2Recipe(config(warmup={"demonstrations": 4}))
+    chat = QuestionScript(SCRIPT).chat_prompt
+    (demo,) = recipe.demonstrations([record], KeywordRetriever(CORPUS), chat)
+    assert demo.segments[0].text == chat(ur2_search_prompt(HAMLET, max_queries=2))
+    # a warm-up cached under another prompt (Search-R1's) is refused, not reused
+    assert recipe.warmup_settings()["prompt"] == ur2_search_prompt("{question}", max_queries=2)
