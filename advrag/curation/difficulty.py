@@ -9,10 +9,10 @@ with the paper's hard:medium:easy = 7:2:1, largest-remainder rounding, a short
 level's deficit shared among the others by the same ratio.
 
 How this departs from the paper: the paper scores every question with one fixed
-model, Qwen-2.5-7B-Instruct (the backbone it then trains), not the policy as it
-trains; the flow here scores with the start policy (the warmed-up model RL starts
-from, ``flows.rl.curate_with``), the model our runs train, as the paper's was its
-own backbone, and k is a config value (4 on the CPU, the paper's 20).
+model, Qwen-2.5-7B-Instruct, whatever backbone it then trains (not the policy as
+it trains); the flow here scores with the start policy (the warmed-up model RL
+starts from, ``flows.rl.curate_with``): no larger model runs offline here, and it
+is the model our runs train. k is a config value (4 on the CPU, the paper's 20).
 """
 
 from __future__ import annotations
