@@ -15,6 +15,9 @@
     inserted on a new line as a labelled transcript (see ``render_dialogue``
     in ``advrag.agents.arr``); the paper does not say how it is serialised.
 - CoT (no retrieval) and naive RAG (top-k documents, then answer) baselines.
+- UR²'s search prompt: Search-R1's protocol plus UR²'s query rules (Fig. 2, App. D.2: one
+  fact per query, fewer than ``QUERY_WORD_LIMIT`` words, a query budget) in our own words,
+  without the paper's example queries.
 - The hint shown after a UR² summariser fallback (App. C.4), verbatim.
 - REX-RAG's exploration pool (``exploration_prompts.txt``): 30 doubt and re-examination
   prompts in our own words (the release's pool is not copied).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from advrag.agents.ur2_scoring import QUERY_WORD_LIMIT
 from advrag.common.types import Passage, format_docs
 
 SEARCH_R1_TEMPLATE = (
@@ -117,6 +121,28 @@ def information_block(body: str) -> str:
 def search_r1_prompt(question: str) -> str:
     """User message for the Search-R1 single agent (think/search/information/answer)."""
     return SEARCH_R1_TEMPLATE.format(question=question)
+
+
+UR2_SEARCH_TEMPLATE = (
+    "Answer the given question. Every time you get new information, first reason about it "
+    "inside <think> and </think>. When you lack a fact, look it up by writing <search> query "
+    "</search>; the top results will be returned between <information> and </information>. "
+    "Ask for one fact per query, never two at once. Keep every query under {word_limit} words. "
+    "You have at most {budget} in all, so use them well. When no further external knowledge "
+    "is needed, give the final answer inside <answer> and </answer>, without detailed "
+    "explanations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+
+def ur2_search_prompt(question: str, max_queries: int) -> str:
+    """User message for UR²'s searching items: Search-R1's tags with UR²'s query rules
+    (Fig. 2): one fact per query, under ``QUERY_WORD_LIMIT`` words (the limit
+    ``agents.ur2_scoring`` rewards), at most ``max_queries`` searches (the loop's turns)."""
+    if max_queries < 1:
+        raise ValueError(f"max_queries must be >= 1, got {max_queries}")
+    budget = "one search" if max_queries == 1 else f"{max_queries} searches"
+    return UR2_SEARCH_TEMPLATE.format(word_limit=QUERY_WORD_LIMIT, budget=budget,
+                                      question=question)
 
 
 def arr_reasoner_prompt(question: str) -> str:

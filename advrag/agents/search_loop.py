@@ -32,7 +32,7 @@ other item. Probes come back after the policy trajectories.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from advrag.agents.baselines import extract_answer
 from advrag.agents.probes import Prober
@@ -136,6 +136,7 @@ def run_search_agent(
     summariser: Summariser | None = None,
     fallback_hint: bool = True,
     prober: Prober | None = None,
+    prompt: Callable[[str], str] = search_r1_prompt,
 ) -> list[Trajectory]:
     """Run the Search-R1 agent on all questions together; one Trajectory per question.
 
@@ -143,11 +144,12 @@ def run_search_agent(
     and hints "env". See the module docstring for turn and error handling.
     ``summariser``: UR²'s summarised retrieval (None = raw documents);
     ``fallback_hint``: show ``FALLBACK_HINT`` after a fallback (UR² does in training);
-    ``prober``: REX-RAG's probes (returned after the ``len(questions)`` policy trajectories).
+    ``prober``: REX-RAG's probes (returned after the ``len(questions)`` policy trajectories);
+    ``prompt``: question → user message (UR² passes its own, ``ur2_search_prompt``).
     """
     trajs = [Trajectory() for _ in questions]
     for traj, question in zip(trajs, questions):
-        traj.add(generator.chat_prompt(search_r1_prompt(question)), "prompt")
+        traj.add(generator.chat_prompt(prompt(question)), "prompt")
     with one_episode(generator):
         for _ in range(max_turns):
             active = [i for i, t in enumerate(trajs) if t.answer is None]

@@ -10,7 +10,9 @@ rarely gets exact matches early in training.
 ``ur2_reward`` is UR²'s (§3.2.2 eq. 4, §3.2.3): stage 1 pays for well-formed
 output and for searching, whatever the answer; stage 2 for a correct answer
 and a fully valid format. Both subtract a penalty per fallback fault (a query
-the summariser rejected as needing reasoning, not facts).
+the summariser rejected as needing reasoning, not facts). It reads counts, not text:
+what a violation and a valid query are (the query word limit the policy's prompt
+states among them) is defined in ``advrag.agents.ur2_scoring``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """UR²'s difficulty estimation: k rollouts per question, cached and resumable, then the buckets.
 
-``estimate_scores`` runs the current policy k times on every training question
-(through a ``rollout`` callable, so any back-end fits) and scores each question
+``estimate_scores`` runs a policy k times on every training question (the flow
+passes the start policy; see ``difficulty`` for the paper's fixed scorer) through
+a ``rollout`` callable, so any back-end fits, and scores each question
 by its mean answer metric over the k rollouts (EM or F1; a rollout without an
 answer scores 0, no format penalty: the score measures solving, not style).
 Finished questions are appended to a ``ScoreCache`` file after every batch, so a
@@ -9,7 +10,8 @@ killed curation resumes without redoing them; the file's name carries the
 policy's fingerprint, k and the rollout settings, so another policy never reads
 these scores. ``curate`` then buckets the scores (``difficulty_level``) and draws
 the 7:2:1 training sample (``sample_by_difficulty``); questions below the hard
-threshold form the stage-1 pool (UR² App. C.5 trains stage 1 on them).
+threshold are the ``stage1`` table, from which the recipe takes the reasoning-only
+ones as its stage-1 pool (UR² App. C.5, ``mixing.stage1_pool``).
 """
 
 from __future__ import annotations

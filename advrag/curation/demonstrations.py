@@ -108,12 +108,14 @@ def build_demonstrations(
     topk: int,
     max_turns: int,
     limit: int | None = None,
+    prompt: Callable[[str], str] = search_r1_prompt,
 ) -> list[Trajectory]:
     """Grounded demonstrations for ``records`` (in order, at most ``limit``).
 
     Args:
-        chat_prompt: renders the Search-R1 user message with the policy's chat
+        chat_prompt: renders the user message with the policy's chat
             template (``TextGenerator.chat_prompt``), so the prompt matches rollouts.
+        prompt: question → the rollouts' user message (Search-R1's unless a recipe has its own).
         topk: passages per search, as in the rollouts.
         max_turns: the rollouts' search budget; longer chains are skipped.
     """
@@ -123,8 +125,8 @@ def build_demonstrations(
     demos = []
     for record in usable:
         per_hop = [next(results) for _ in record.metadata["chain"]]
-        prompt = chat_prompt(search_r1_prompt(record.question))
-        demo = demonstration(record, prompt, per_hop, max_turns=max_turns)
+        demo = demonstration(record, chat_prompt(prompt(record.question)), per_hop,
+                             max_turns=max_turns)
         if demo is not None:
             demos.append(demo)
     return demos[:limit] if limit is not None else demos

@@ -1,12 +1,18 @@
 """UR²'s difficulty-aware curriculum, the pure part: levels from rollout scores, a 7:2:1 sample.
 
-A question's score is its mean answer reward over k rollouts of the current
-policy (UR² §3.1.2, App. C.1). ``difficulty_level`` buckets it — easy
+A question's score is its mean answer score over k rollouts (UR² §3.1.2: 20
+rollouts of Qwen-2.5-7B-Instruct). ``difficulty_level`` buckets it — easy
 (0.8 ≤ s ≤ 1), medium (0.5 ≤ s < 0.8), hard (0.2 ≤ s < 0.5) — or filters it
-(s < 0.2: the policy never solves it; UR² keeps those as the stage-1 pool).
-``sample_by_difficulty`` draws a training set with the paper's hard:medium:easy
-= 7:2:1, largest-remainder rounding, a short level's deficit shared among the
-others by the same ratio.
+(s < 0.2: the policy never solves it; UR² keeps the filtered math problems as the
+stage-1 pool, ``mixing.stage1_pool``). ``sample_by_difficulty`` draws a training set
+with the paper's hard:medium:easy = 7:2:1, largest-remainder rounding, a short
+level's deficit shared among the others by the same ratio.
+
+How this departs from the paper: the paper scores every question with one fixed
+model, Qwen-2.5-7B-Instruct, whatever backbone it then trains (not the policy as
+it trains); the flow here scores with the start policy (the warmed-up model RL
+starts from, ``flows.rl.curate_with``): no larger model runs offline here, and it
+is the model our runs train. k is a config value (4 on the CPU, the paper's 20).
 """
 
 from __future__ import annotations

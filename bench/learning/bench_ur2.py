@@ -1,6 +1,7 @@
 """UR² learning evidence: curated two-stage RL vs the same budget on uncurated questions.
 
-    python bench/learning/bench_ur2.py [--config configs/ur2.yaml] [--minutes 20] [--heldout 100]
+    python bench/learning/bench_ur2.py [--config configs/ur2-raw-docs.yaml] [--minutes 20]
+        [--heldout 100]
 
 1. **Start policy**: the config's SFT warm-up (shared by both arms; cached).
 2. **Curation** with the start policy (k rollouts per question, cached): the share
@@ -178,7 +179,7 @@ def curves_figure(arms: dict[str, dict]):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/ur2.yaml")
+    parser.add_argument("--config", default="configs/ur2-raw-docs.yaml")
     parser.add_argument("--minutes", type=float, default=20.0, help="training budget per arm")
     parser.add_argument("--heldout", type=int, default=100, help="test questions evaluated")
     parser.add_argument("--questions", type=int, default=None,

@@ -29,7 +29,7 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrCon
                             "rex-rag-pool5.yaml", "rex-rag-pool15.yaml"], GrpoConfig),
            "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
-                            "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-summary.yaml",
+                            "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-raw-docs.yaml",
                             "ur2-long-warmup.yaml", "ur2-warmup-4epochs.yaml"],
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",

@@ -1,4 +1,5 @@
-"""UR²'s task mixing: prompt mode per item, and a seeded draw with a share of reasoning items."""
+"""UR²'s task mixing and stage-1 pool: the prompt per item and stage, which filtered items
+stage 1 trains on, and a seeded draw with a share of reasoning items."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import pytest
 
 from advrag.agents.prompts import direct_reasoning_prompt
 from advrag.agents.protocol import last_content
-from advrag.curation.mixing import mix_tasks, prompt_mode
+from advrag.curation.mixing import (
+    gets_retrieval_prompt,
+    mix_tasks,
+    needs_search,
+    prompt_mode,
+    stage1_pool,
+)
 from advrag.datasets.records import QARecord
 from advrag.datasets.world import WorldConfig, generate_world
 
@@ -69,22 +76,58 @@ def test_draw_is_deterministic_distinct_and_leaves_inputs_alone():
     assert (qa, rs) == before
 
 
-def test_each_record_names_its_prompt():
-    picked = mix_tasks(_qa(4, "easy"), _reasoning(2, "hard") + _reasoning(4)[2:], 0.5, 8, seed=0)
-    modes = {r.id: r.metadata["prompt_mode"] for r in picked}
-    # easy QA still retrieves; hard reasoning-only retrieves; easy reasoning-only reasons directly
-    assert modes == {"qa-0": "retrieval", "qa-1": "retrieval", "qa-2": "retrieval",
-                     "qa-3": "retrieval", "rs-0": "retrieval", "rs-1": "retrieval",
-                     "rs-2": "reasoning", "rs-3": "reasoning"}
-
-
 def test_world_questions_mix_with_their_reasoning_items():
     world = generate_world(WorldConfig(n_countries=3, n_cities=8, n_people=16, n_organisations=6,
                                        n_rivers=3, n_mountains=3, n_train=12, n_dev=6, n_test=8))
     picked = mix_tasks(world.splits["train"], world.reasoning["train"], 0.25, 8, seed=0)
-    # 8 at 0.25: 6 regular (retrieval), 2 reasoning-only (unscored: direct reasoning)
-    modes = Counter((r.metadata["type"] == "reasoning", r.metadata["prompt_mode"]) for r in picked)
-    assert modes == {(False, "retrieval"): 6, (True, "reasoning"): 2}
+    # 8 at 0.25: 6 regular (retrieval), 2 reasoning-only (unscored: direct reasoning in stage 2)
+    kinds = Counter((r.metadata["type"] == "reasoning", needs_search(r)) for r in picked)
+    assert kinds == {(False, True): 6, (True, False): 2}
+
+
+def test_the_draw_returns_the_records_as_they_are():
+    # which prompt an item gets depends on its stage too: the draw does not stamp one on it
+    qa, rs = _qa(2), _reasoning(2)
+    picked = mix_tasks(qa, rs, 0.5, 4, seed=0)
+    assert sorted(picked, key=lambda r: r.id) == [*qa, *rs]
+
+
+QA_EASY = QARecord("q", "Where?", ["x"], {"level": "easy"})
+REASONING = {level: QARecord(f"r-{level}", "How many?", ["1"],
+                             {"needs_retrieval": False, "level": level})
+             for level in ("easy", "medium", "hard", None)}
+
+
+@pytest.mark.parametrize("level", ["easy", "medium", "hard", None])
+def test_stage_one_asks_every_item_to_search(level):
+    # §3.2.2: stage 1 trains on problems "requiring retrieval calls in the specified format"
+    assert gets_retrieval_prompt(REASONING[level], 1)
+    assert gets_retrieval_prompt(QA_EASY, 1)
+
+
+@pytest.mark.parametrize(("level", "mixed", "unmixed"), [
+    ("easy", False, True), ("medium", False, True), ("hard", True, True), (None, False, True)])
+def test_stage_two_mixes_tasks_unless_mixing_is_off(level, mixed, unmixed):
+    # with mixing only hard reasoning-only items search; "w/o task mixing": all of them do
+    assert gets_retrieval_prompt(REASONING[level], 2) is mixed
+    assert gets_retrieval_prompt(REASONING[level], 2, task_mixing=False) is unmixed
+    assert gets_retrieval_prompt(QA_EASY, 2) and gets_retrieval_prompt(QA_EASY, 2,
+                                                                       task_mixing=False)
+
+
+def test_there_is_no_third_stage():
+    with pytest.raises(ValueError, match="stages 1 and 2"):
+        gets_retrieval_prompt(QA_EASY, 3)
+
+
+def test_the_stage1_pool_is_the_filtered_reasoning_only_items():
+    filtered_qa = QARecord("q1", "Where?", ["x"], {"level": None})
+    filtered_reasoning = QARecord("r1", "How many?", ["1"],
+                                  {"needs_retrieval": False, "level": None})
+    explicit_qa = QARecord("q2", "Who?", ["y"], {"needs_retrieval": True})
+    # App. C.5: "the discarded math training samples" — no QA item
+    assert stage1_pool([filtered_qa, filtered_reasoning, explicit_qa]) == [filtered_reasoning]
+    assert stage1_pool([filtered_qa]) == []
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
@@ -109,8 +152,6 @@ def test_direct_reasoning_prompt_uses_the_answer_grammar_without_search():
 
 
 def test_needs_search_reads_level_and_needs_retrieval_from_metadata():
-    from advrag.curation.mixing import needs_search
-
     qa = QARecord("q", "Where?", ["x"])
     easy_reasoning = QARecord("r", "How many?", ["1"], {"needs_retrieval": False, "level": "easy"})
     hard_reasoning = QARecord("h", "How many?", ["1"], {"needs_retrieval": False, "level": "hard"})

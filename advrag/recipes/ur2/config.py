@@ -16,10 +16,11 @@ from advrag.recipes.grpo.config import GrpoConfig
 class UR2Config(GrpoConfig):
     """`advrag rl` with ``recipe: ur2``: curation → stage 1 → stage 2 (UR² §3).
 
-    Stage 1 trains on the questions the policy never solves (App. C.5) with the
-    format + retrieval reward; stage 2 on the 7:2:1 curated sample with the
-    answer + format reward; both subtract ``fallback_penalty`` per fallback fault.
-    UR² trains with the REINFORCE++ baseline (App. C.2): ``optim.advantage`` defaults to it.
+    Stage 1 trains on the reasoning-only questions the policy never solves (App. C.5),
+    all with the retrieval prompt, with the format + retrieval reward; stage 2 on the
+    7:2:1 curated sample, prompts by task mixing, with the answer + format reward; both
+    subtract ``fallback_penalty`` per fallback fault.
+    UR² trains with the REINFORCE++ baseline (App. C.1): ``optim.advantage`` defaults to it.
     """
 
     RECIPE: ClassVar[str] = "ur2"
@@ -42,5 +43,8 @@ class UR2Config(GrpoConfig):
         "false = raw documents ('w/o summary').",
     )
     reasoning_share: float = Field(0.2, ge=0, le=1, description="Share of reasoning-only world "
-                                   "items (reasoning_train.jsonl) among the training questions: "
-                                   "task mixing; 0 = 'w/o task mixing'.")
+                                   "items (reasoning_train.jsonl) among the training questions "
+                                   "(the paper's math; stage 1 trains on those curation filters).")
+    task_mixing: bool = Field(True, description="Stage 2 gives reasoning-only items below hard "
+                              "a direct prompt (§3.1.2); false = every item retrieves "
+                              "('w/o task mixing', Table 4).")

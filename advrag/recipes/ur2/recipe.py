@@ -4,36 +4,45 @@ Before RL the flow curates the training questions with the start policy
 (``curation.curate``: k rollouts per question, levels, a 7:2:1 sample); this
 recipe then trains in two stages:
 
-- **stage 1** (the first ``stage1_steps`` updates) on the questions the policy
-  never solves (s < 0.2, App. C.5), rewarded for format and valid queries
-  whatever the answer (``core.rewards.ur2_reward`` stage 1);
-- **stage 2** on the curated 7:2:1 sample, rewarded for a correct answer and a
-  valid format; both stages subtract ``fallback_penalty`` per fallback fault.
+- **stage 1** (the first ``stage1_steps`` updates) on the reasoning-only questions
+  the policy never solves (s < 0.2; App. C.5's discarded math problems,
+  ``curation.mixing.stage1_pool``), every one with the retrieval prompt, rewarded
+  for format and valid queries whatever the answer (``core.rewards.ur2_reward`` stage 1);
+- **stage 2** on the curated 7:2:1 sample, prompts by task mixing, rewarded for a
+  correct answer and a valid format; both stages subtract ``fallback_penalty`` per
+  fallback fault.
 
-Task mixing (§3.1.2): reasoning-only items (``reasoning_share`` of the training
-questions) get a direct step-by-step prompt unless curation found them hard;
-every other item searches. What a violation, a valid query and a fallback fault
-are is defined once, in ``agents.ur2_scoring`` (no search is a violation only
-where the prompt asked for one). Advantages: REINFORCE++ with a group-mean baseline and
-batch whitening (``optim.advantage: reinforce_pp``, App. C.2).
+Task mixing (§3.1.2): in stage 2 reasoning-only items (``reasoning_share`` of the
+training questions) get a direct step-by-step prompt unless curation found them
+hard; every other item searches; with ``task_mixing: false`` every item searches
+(``curation.mixing.gets_retrieval_prompt``). Searching items get UR²'s search prompt
+(``agents.prompts.ur2_search_prompt``: one fact per query, under the word limit the
+reward counts, at most ``max_turns`` searches), and so do the warm-up's
+demonstrations. What a violation, a valid query and a fallback fault are is defined
+once, in ``agents.ur2_scoring`` (no search is a violation only where the prompt asked
+for one). Advantages: REINFORCE++ with a group-mean baseline and batch whitening
+(``optim.advantage: reinforce_pp``, App. C.1).
 
 How this departs from the paper: "correct" is the answer scoring at least 0.5
 under ``reward_metric`` (with EM: an exact match, the paper's reading; with F1:
 half the answer's tokens, for a 135M policy that rarely matches exactly). When
 curation leaves a stage's pool empty (e.g. the policy solves nothing, so no
 question reaches the hard level), that stage trains on all the training
-questions and the step's metrics say so (``uncurated_pool`` = 1).
+questions and the step's metrics say so (``uncurated_pool`` = 1). The query
+budget the prompt states is the loop's ``max_turns`` (the paper's 4; fewer on a CPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
+from advrag.agents.prompts import ur2_search_prompt
 from advrag.agents.types import Trajectory
 from advrag.agents.ur2_scoring import ur2_counts
 from advrag.common.types import Retriever, TextGenerator
 from advrag.core.rewards import ANSWER_METRICS, ur2_reward
-from advrag.curation.mixing import needs_search
+from advrag.curation.mixing import gets_retrieval_prompt, stage1_pool
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
 from advrag.recipes.grpo.recipe import GrpoRecipe
@@ -41,7 +50,7 @@ from advrag.recipes.ur2.config import UR2Config
 
 
 class UR2Recipe(GrpoRecipe):
-    """Two-stage GRPO/REINFORCE++ on curated questions; warm-up and agents as ``grpo``."""
+    """Two-stage GRPO/REINFORCE++ on curated questions; ``grpo``'s agent under UR²'s prompt."""
 
     name = "ur2"
     config: UR2Config
@@ -53,6 +62,25 @@ class UR2Recipe(GrpoRecipe):
         super().__init__(config)
         self.pools: dict[int, list[QARecord]] = {}
         self.summariser = None
+
+    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
+                       chat_prompt) -> list[Trajectory]:
+        """``grpo``'s grounded demonstrations, under UR²'s search prompt (its rollouts')."""
+        from advrag.curation.demonstrations import build_demonstrations
+
+        c = self.config
+        return build_demonstrations(records, retriever, chat_prompt, topk=c.topk,
+                                    max_turns=c.max_turns, limit=c.warmup.demonstrations,
+                                    prompt=self.search_prompt())
+
+    def warmup_settings(self) -> dict:
+        """``grpo``'s, plus the prompt the demonstrations show: a warm-up made under another
+        prompt (Search-R1's, before UR² had its own) is refused, not reused."""
+        return super().warmup_settings() | {"prompt": self.search_prompt()("{question}")}
+
+    def search_prompt(self):
+        """Question → UR²'s search prompt, with the loop's turns as the query budget."""
+        return partial(ur2_search_prompt, max_queries=self.config.max_turns)
 
     def build(self, start_model: str) -> None:
         """The agent as in ``grpo``, plus the summariser (a frozen model) when ``summarise``."""
@@ -70,8 +98,9 @@ class UR2Recipe(GrpoRecipe):
         return mixed_questions(self.config)
 
     def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
-        """Train stage 1 on ``stage1`` (the filtered questions), stage 2 on ``curated``."""
-        self.pools = {1: list(stage1), 2: list(curated)}
+        """Train stage 1 on the reasoning-only items among ``stage1`` (the filtered
+        questions, ``stage1_pool``), stage 2 on ``curated``."""
+        self.pools = {1: stage1_pool(stage1), 2: list(curated)}
 
     def stage(self, step: int) -> int:
         """The reward stage of update ``step`` (0-based)."""
@@ -83,39 +112,50 @@ class UR2Recipe(GrpoRecipe):
         return batch_for_step(pool, step, self.config.questions_per_step, self.config.optim.seed)
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
-        """One update with the reward of the current stage; also logs UR²'s counts."""
+        """One update with the reward of the current stage; also logs UR²'s counts, as shares
+        of the rewarded trajectories (``retrieval_prompts``: those asked to search)."""
         c, stage = self.config, self.stage(self.trainers["reasoner"].step)
-        tally = {"violations": 0.0, "valid_queries": 0.0, "fallbacks": 0.0, "correct": 0.0}
+        tally = dict.fromkeys(("violations", "valid_queries", "fallbacks", "correct",
+                               "retrieval_prompts"), 0.0)
         scored = []  # one entry per rewarded trajectory (REX-RAG's probes included)
 
         def reward(trajectory: Trajectory, record: QARecord) -> float:
-            counts = ur2_counts(trajectory, retrieval_expected=needs_search(record))
+            searching = self.retrieval_prompt(record, stage)
+            counts = ur2_counts(trajectory, retrieval_expected=searching)
             correct = self.correct(trajectory, record)
             scored.append(trajectory)
-            for key, value in zip(tally, (counts.format_violations, counts.valid_queries,
-                                          counts.fallback_faults, correct), strict=True):
+            for key, value in (("violations", counts.format_violations),
+                               ("valid_queries", counts.valid_queries),
+                               ("fallbacks", counts.fallback_faults), ("correct", correct),
+                               ("retrieval_prompts", searching)):
                 tally[key] += value
             return ur2_reward(stage, format_violations=counts.format_violations,
                               valid_queries=counts.valid_queries,
                               fallback_faults=counts.fallback_faults, correct=correct,
                               fallback_penalty=c.fallback_penalty)
 
-        metrics = self.update(retriever, records, reward, agent=self.agent(retriever))
+        metrics = self.update(retriever, records, reward, agent=self.agent(retriever, stage))
         n = len(scored)
         summaries = {} if self.summariser is None else {
             f"summary/{k}": float(v) for k, v in self.summariser.stats.as_dict().items()}
         return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | summaries | {
             "ur2/stage": float(stage), "uncurated_pool": float(not self.pools.get(stage))}
 
-    def agent(self, retriever: Retriever):
-        """Task mixing's rollout: the search loop or a direct answer, per ``needs_search``
-        (REX-RAG's ``prober``, when it explores, probes the searching items)."""
+    def retrieval_prompt(self, record: QARecord, stage: int) -> bool:
+        """Whether ``record`` is asked to search in ``stage`` (``gets_retrieval_prompt``)."""
+        return gets_retrieval_prompt(record, stage, task_mixing=self.config.task_mixing)
+
+    def agent(self, retriever: Retriever, stage: int):
+        """Task mixing's rollout in ``stage``: UR²'s search loop or a direct answer, per
+        ``retrieval_prompt`` (REX-RAG's ``prober``, when it explores, probes the searching
+        items)."""
         from advrag.agents.mixed import run_mixed_agent
 
         c, generator = self.config, self.generators["reasoner"]
 
         def run(records: Sequence[QARecord], prober=None) -> list[Trajectory]:
-            return run_mixed_agent([r.question for r in records], [needs_search(r) for r in records],
+            return run_mixed_agent([r.question for r in records],
+                                   [self.retrieval_prompt(r, stage) for r in records],
                                    generator, retriever, max_turns=c.max_turns, topk=c.topk,
                                    max_new_tokens=c.max_new_tokens, summariser=self.summariser,
                                    prober=prober)
