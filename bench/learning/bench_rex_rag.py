@@ -184,7 +184,7 @@ def curves_figure(arms: dict[str, dict]):
                     ax.plot(arm["curves"][key], marker=".", label=f"{name} {key}")
         ax.set_title(" / ".join(keys))
         ax.set_xlabel("update")
-    axes[0].legend(fontsize=6)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     return fig
 
