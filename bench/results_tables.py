@@ -437,6 +437,26 @@ def ur2_curation_table(report: dict) -> Table:
                     for group, r in report["by_type"].items()]
 
 
+def rex_table(report: dict) -> Table:
+    """bench/learning/bench_rex_rag.py: each policy on the held-out questions, per question kind."""
+    kinds = ("single", "two-hop", "three-hop", "comparison")
+    header = ["policy", "F1 [95% CI]", *(f"{kind} F1" for kind in kinds), "searches"]
+    return header, [[policy, interval(r["f1"]["mean"], r["f1"]["ci95"]),
+                     *(num(r["by_kind"][kind]["f1"]) if kind in r["by_kind"] else "—"
+                       for kind in kinds), num(r["searches"])]
+                    for policy, r in report["heldout_results"].items()]
+
+
+def rex_test_table(report: dict) -> Table:
+    """bench/learning/bench_rex_rag.py: the declared paired comparisons (seed means)."""
+    test = report["test"]
+    rows = [[name.replace("-", " − ").replace("_", " "), str(test[name]["n"]),
+             interval(test[name]["diff"], test[name]["ci95"], signed=True)]
+            for name in ("rex-grpo_f1_multi_hop", "rex-grpo_f1_all",
+                         "rex-start_searches_multi_hop", "grpo-start_searches_multi_hop")]
+    return ["comparison", "questions", "difference [95% CI]"], rows
+
+
 TABLES: dict[str, Callable[[dict], Table]] = {
     "update": update_table, "trl": trl_table, "cost_growth": cost_growth_table,
     "train": train_table, "attention": attention_table,
@@ -452,7 +472,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "arr_compare": arr_compare_table, "learning": learning_table, "ur2_run": ur2_run_table,
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
-    "ur2_curation": ur2_curation_table,
+    "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
 }
 """Kind (``:view``) → its table."""
 
