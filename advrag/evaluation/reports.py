@@ -287,9 +287,9 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     if judge is not None:
         m = judge["metrics"]
         lines += ["", f"Discriminator on its held-out slices ({m.get('n', '?')}): written "
-                  f"verdicts accuracy {m['accuracy']:.3f}, F1 {m['f1']:.3f}, "
-                  f"{m.get('malformed', 0):.0f} malformed; P(yes) at its verdict (what GAR's "
-                  f"rewards read) accuracy {m.get('p_yes_accuracy', math.nan):.3f}, "
+                  f"verdicts (what GAR's slice reward reads) accuracy {m['accuracy']:.3f}, F1 "
+                  f"{m['f1']:.3f}, {m.get('malformed', 0):.0f} malformed; P(yes) at its verdict "
+                  f"(what R_d reads) accuracy {m.get('p_yes_accuracy', math.nan):.3f}, "
                   f"AUROC {auroc_text(m['auroc'])}."]
     lines += ["", f"Registry: v{decision['version']} → {decision['alias']} — "
               f"{decision.get('promotion.reason', '')}"]

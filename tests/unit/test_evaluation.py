@@ -53,8 +53,9 @@ def test_pipeline_table_reports_both_judge_readings_and_the_decision():
     text = pipeline_markdown({"warmup": {"search_r1/world": row}}, judge, decision)
     assert "| warmup (search_r1/world) | 32 | 0.125 [0.031, 0.250] | 0.133 [0.031, 0.258] " \
            "| 0.03 | 0.88 |" in text
-    assert ("held-out slices (10): written verdicts accuracy 0.000, F1 0.000, 10 malformed; "
-            "P(yes) at its verdict (what GAR's rewards read) accuracy 0.700, AUROC 0.781.") in text
+    assert ("held-out slices (10): written verdicts (what GAR's slice reward reads) accuracy "
+            "0.000, F1 0.000, 10 malformed; P(yes) at its verdict (what R_d reads) accuracy "
+            "0.700, AUROC 0.781.") in text
     assert text.endswith("Registry: v1 → champion — no champion yet")
     judge["metrics"]["auroc"] = float("nan")  # judgment_metrics: one label among the scored
     assert "AUROC n/a (the slices with a P(yes) hold one label)." in pipeline_markdown(
