@@ -42,6 +42,7 @@ from advrag.recipes.rex_rag.step import question_kind
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from bench_ur2 import ROW_KEYS, write_rows
 from bench_ur2 import evaluate as search_r1_rows
 from inputs import offline_world
 from reporting import child_json, write_report
@@ -189,16 +190,6 @@ def curves_figure(arms: dict[str, dict]):
     return fig
 
 
-def write_rows(path: Path, rows: dict[str, list[dict]]) -> None:
-    """Each policy's per-question scores as jsonl, written whole or not at all."""
-    keys = ("id", "kind", "em", "f1", "format_errors", "n_searches", "prediction")
-    lines = [json.dumps({"policy": name, **{k: row[k] for k in keys}})
-             for name, policy_rows in rows.items() for row in policy_rows]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/rex-rag.yaml")
@@ -228,7 +219,7 @@ def main() -> None:
               "heldout_results": {name: summary(r) for name, r in rows.items()},
               "test": the_test(rows, args.seeds)}
     write_report(args.out, report)
-    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows)
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=(*ROW_KEYS, "kind"))
     curves_figure(arms).savefig(args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
     print(json.dumps({"heldout": {k: {"f1": v["f1"]["mean"], "searches": v["searches"]}
                                   for k, v in report["heldout_results"].items()},

@@ -149,9 +149,10 @@ def paired(a: list[dict], b: list[dict]) -> dict:
 ROW_KEYS = ("id", "em", "f1", "format_errors", "n_searches", "prediction")
 
 
-def write_rows(path: Path, rows: dict[str, list[dict]]) -> None:
-    """Each policy's per-question scores as jsonl (no transcripts), written whole or not at all."""
-    lines = [json.dumps({"policy": name, **{k: row[k] for k in ROW_KEYS}})
+def write_rows(path: Path, rows: dict[str, list[dict]], keys: tuple[str, ...] = ROW_KEYS) -> None:
+    """Each policy's per-question scores (``keys`` of each row, no transcripts) as jsonl,
+    written whole or not at all."""
+    lines = [json.dumps({"policy": name, **{k: row[k] for k in keys}})
              for name, policy_rows in rows.items() for row in policy_rows]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
