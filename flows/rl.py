@@ -57,10 +57,16 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
     results = {"run_id": run_id, "model_dirs": {a: str(p) for a, p in model_dirs.items()},
                "versions": versions, "model_dir": str(model_dirs[primary]),
                "version": versions[primary], "steps_run": len(history),
-               "train_s": time.perf_counter() - started}
+               "train_s": time.perf_counter() - started, "rewards": reward_curves(recipe, history)}
     if config.evaluate is not None:
         results |= benchmark_stages(recipe, run_name, start_model, model_dirs, versions)
     return results
+
+
+def reward_curves(recipe: Recipe, history: list[dict]) -> dict[str, list[float]]:
+    """The recipe's reward terms (``Recipe.reward_terms``), one value per update of this run."""
+    return {name: [h[key] for h in history if key in h]
+            for name, key in recipe.reward_terms.items()}
 
 
 def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:

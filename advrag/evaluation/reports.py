@@ -181,21 +181,29 @@ def difficulty_histogram(scores: list[float], thresholds: dict[str, float],
     return fig
 
 
+GAR_PANELS = (
+    ("reasoner", (("reasoner/reward_mean", "reward"), ("reasoner/answer_score", "R_m (answer)"),
+                  ("reasoner/slice_score", "R_s (slices)"))),
+    ("discriminator", (("discriminator/R_d", "R_d (GAN term)"),
+                       ("discriminator/R_a", "R_a (alignment)"))),
+    ("judge", (("discriminator/score_reference", "P(yes) reference slices"),
+               ("discriminator/score_generated", "P(yes) generated slices"),
+               ("discriminator/accuracy", "accuracy (balanced)"))),
+)
+"""gar_curves' panels: title, then (metric, legend label) per curve."""
+
+
 def gar_curves(history: list[dict[str, float]]):
-    """GAR per update: the reasoner's reward and answer score; the judge's scores and accuracy."""
+    """GAR per update: the reasoner's reward terms (R_m, R_s), the discriminator's (R_d, R_a),
+    and the judge's scores and accuracy; a curve the run never logged is left out."""
     plt = _pyplot()
     steps = [h["step"] for h in history]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key, label in (("reasoner/reward_mean", "reasoner reward"),
-                       ("reasoner/answer_score", "answer score R_m")):
-        left.plot(steps, [h[key] for h in history], marker="o", label=label)
-    for key, label in (("discriminator/score_reference", "P(yes) reference slices"),
-                       ("discriminator/score_generated", "P(yes) generated slices"),
-                       ("discriminator/accuracy", "accuracy (balanced)")):
-        if all(key in h for h in history):
-            right.plot(steps, [h[key] for h in history], marker="o", label=label)
-    for ax in (left, right):
-        ax.set_xlabel("update")
+    fig, axes = plt.subplots(1, len(GAR_PANELS), figsize=(14, 3.5))
+    for ax, (title, curves) in zip(axes, GAR_PANELS):
+        for key, label in curves:
+            if all(key in h for h in history):
+                ax.plot(steps, [h[key] for h in history], marker="o", label=label)
+        ax.set(xlabel="update", title=title)
         if ax.lines:
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -270,12 +278,27 @@ def auroc_text(auroc: float) -> str:
     return "n/a (the slices with a P(yes) hold one label)" if math.isnan(auroc) else f"{auroc:.3f}"
 
 
+def reward_text(rewards: dict[str, list[float]]) -> str:
+    """The RL stage's reward terms per update as one line: the value of a single update, else
+    first → last (mean); empty when the run made no update (a finished stage resumed)."""
+    n = max((len(v) for v in rewards.values()), default=0)
+    if n == 0:
+        return ""
+    if n == 1:
+        terms = ", ".join(f"{name} {v[0]:.3f}" for name, v in rewards.items() if v)
+        return f"Joint RL rewards, 1 update: {terms}."
+    terms = ", ".join(f"{name} {v[0]:.3f} → {v[-1]:.3f} ({sum(v) / len(v):.3f})"
+                      for name, v in rewards.items() if v)
+    return f"Joint RL rewards over {n} updates, first → last (mean): {terms}."
+
+
 def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     """The pipeline's result: the reasoner per stage on held-out questions, the judge, the decision.
 
     ``trained``: the RL stage's result (``base``/``warmup``/``trained`` → ``method/dataset`` →
     summary); ``judge``: the discriminator SFT's result (its held-out ``metrics``) or None;
-    ``decision``: the promotion gate's alias and tags.
+    ``decision``: the promotion gate's alias and tags. The RL stage's reward terms per update
+    (``trained["rewards"]``, e.g. GAR's R_m, R_s, R_d, R_a) follow the table.
     """
     lines = ["| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | searches |",
              "|---|---|---|---|---|---|"]
@@ -284,6 +307,9 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
             lines.append(f"| {stage} ({key}) | {s['n']:.0f} | {s['em']:.3f} [{s['em_lo']:.3f}, "
                          f"{s['em_hi']:.3f}] | {s['f1']:.3f} [{s['f1_lo']:.3f}, {s['f1_hi']:.3f}] "
                          f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} |")
+    rewards = reward_text(trained.get("rewards", {}))
+    if rewards:
+        lines += ["", rewards]
     if judge is not None:
         m = judge["metrics"]
         lines += ["", f"Discriminator on its held-out slices ({m.get('n', '?')}): written "

@@ -52,6 +52,9 @@ class Recipe(ABC):
     """The config file its commands read when none is given."""
     aliases: ClassVar[tuple[str, ...]] = ()
     """CLI commands that run this recipe besides `advrag rl` (e.g. `advrag train`)."""
+    reward_terms: ClassVar[dict[str, str]] = {}
+    """The reward terms a run reports per update (name → the step metric holding it): what the
+    pipeline's table prints beside the benchmark (none by default)."""
 
     def __init__(self, config: RLRunConfig):
         self.config = config

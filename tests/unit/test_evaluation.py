@@ -60,3 +60,32 @@ def test_pipeline_table_reports_both_judge_readings_and_the_decision():
     judge["metrics"]["auroc"] = float("nan")  # judgment_metrics: one label among the scored
     assert "AUROC n/a (the slices with a P(yes) hold one label)." in pipeline_markdown(
         {}, judge, decision)
+
+
+def test_pipeline_table_prints_the_rl_reward_terms_per_update():
+    from advrag.evaluation.reports import pipeline_markdown, reward_text
+
+    decision = {"version": "2", "alias": "candidate"}
+    one = {"R_m": [0.25], "R_s": [0.5], "R_d": [-1.5], "R_a": [0.75]}
+    assert reward_text(one) == "Joint RL rewards, 1 update: R_m 0.250, R_s 0.500, R_d -1.500, " \
+                               "R_a 0.750."
+    assert reward_text(one) in pipeline_markdown({"rewards": one}, None, decision)
+    three = {"R_m": [0.0, 0.5, 1.0], "R_d": [-2.0, -1.0, -1.5]}
+    assert reward_text(three) == ("Joint RL rewards over 3 updates, first → last (mean): "
+                                  "R_m 0.000 → 1.000 (0.500), R_d -2.000 → -1.500 (-1.500).")
+    assert reward_text({"R_m": []}) == ""  # a resumed stage that made no update
+    assert "Joint RL" not in pipeline_markdown({"rewards": {}}, None, decision)
+
+
+def test_gar_curves_draw_the_four_reward_terms_and_skip_what_was_not_logged():
+    from advrag.evaluation.reports import gar_curves
+
+    history = [{"step": s, "reasoner/reward_mean": 0.5, "reasoner/answer_score": 0.25,
+                "reasoner/slice_score": 0.5, "discriminator/R_d": -1.4,
+                "discriminator/R_a": 0.5} for s in range(3)]
+    reasoner, discriminator, judge = gar_curves(history).axes
+    assert [line.get_label() for line in reasoner.lines] == ["reward", "R_m (answer)",
+                                                             "R_s (slices)"]
+    assert [line.get_label() for line in discriminator.lines] == ["R_d (GAN term)",
+                                                                  "R_a (alignment)"]
+    assert len(judge.lines) == 0  # no P(yes) or accuracy was logged

@@ -132,6 +132,16 @@ def test_the_main_update_pays_the_papers_rewards(main):
     assert disc_rewards.shape == (12,)
 
 
+def test_the_run_reports_the_four_reward_terms_of_each_update(main):
+    from advrag.flows.rl import reward_curves
+
+    # R_m: the EM column above, 3 of 8; R_s: reward − R_m per rollout, [1,0,1,0,1,0,1,0]
+    curves = reward_curves(GarRecipe(load("gar.yaml")), [main["metrics"]])
+    assert list(curves) == ["R_m", "R_s", "R_d", "R_a"]
+    assert curves["R_m"] == [0.375] and curves["R_s"] == [0.5]
+    assert curves["R_d"] == [main["metrics"]["discriminator/R_d"]] and len(curves["R_a"]) == 1
+
+
 def test_no_discriminator_leaves_r_m_alone_and_judges_nothing(main):
     ablation = one_update(load("gar-no-disc.yaml"))
     rewards, _ = ablation["reasoner"]

@@ -36,6 +36,8 @@ class GarRecipe(Recipe):
 
     name = "gar"
     agents = ("reasoner", "discriminator")  # with discriminator: trainable; else the reasoner alone
+    reward_terms = {"R_m": "reasoner/answer_score", "R_s": "reasoner/slice_score",
+                    "R_d": "discriminator/R_d", "R_a": "discriminator/R_a"}
     config: GarConfig
     config_model = GarConfig
     default_config = "configs/gar.yaml"
