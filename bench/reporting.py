@@ -73,9 +73,11 @@ def matmul_peak_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) 
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def child_json(command: list[str], env: dict[str, str] | None = None):
+def child_json(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None):
     """Run ``command`` (a benchmark re-running itself for one mode, in a fresh process so modes
-    share no allocator, thread pool or compiled graph) and return the last JSON object or list it
-    printed on a line of its own; its other output (library logs) is passed over."""
-    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
+    share no allocator, thread pool or compiled graph; in ``cwd`` when given) and return the last
+    JSON object or list it printed on a line of its own; its other output (library logs) is
+    passed over."""
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env,
+                         cwd=cwd).stdout
     return json.loads([line for line in out.splitlines() if line.startswith(("{", "["))][-1])

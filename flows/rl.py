@@ -130,19 +130,20 @@ def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int
 def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs: dict,
                      versions: dict[str, str]) -> dict:
     """Benchmark the base (unless ``benchmark_base`` is off), warmed-up and trained models; tag
-    the versions with the trained one's."""
+    the versions with the trained one's. Stage → summaries, and ``benchmark_runs``: stage → the
+    benchmark's MLflow run (its per-question predictions)."""
     stages = recipe.benchmark_models(start_model, model_dirs)
     if start_model == recipe.config.model:
         del stages["warmup"]
     if not recipe.config.benchmark_base:
         del stages["base"]
-    results, evaluation = {}, {}
+    results, evaluation, runs = {}, {}, {}
     for stage, fields in stages.items():
         settings: BenchmarkConfig = recipe.config.evaluate.model_copy(update=fields)
         evaluation = benchmark(settings, run_name=f"{run_name}-{stage}")
-        results[stage] = evaluation["results"]
+        results[stage], runs[stage] = evaluation["results"], evaluation["run_id"]
     rl.tag_versions(recipe, versions, benchmark_tags(evaluation))
-    return results
+    return results | {"benchmark_runs": runs}
 
 
 def benchmark_tags(evaluation: dict) -> dict[str, str]:

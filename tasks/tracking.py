@@ -213,6 +213,17 @@ def log_table(run_id: str, rows: list[dict[str, Any]], artifact_file: str) -> No
     client().log_table(run_id, pd.DataFrame(rows), artifact_file)
 
 
+def read_table(run_id: str, artifact_file: str) -> list[dict[str, Any]]:
+    """The rows ``log_table`` stored as ``artifact_file`` of run ``run_id``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact_file,
+                                                   dst_path=tmp)
+        table = json.loads(Path(path).read_text())
+    return [dict(zip(table["columns"], row)) for row in table["data"]]
+
+
 def download_model(uri: str, dst: Path | None = None) -> Path:
     """Download a ``models:/name@alias`` (or runs:/) model's files to a local dir."""
     path = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst) if dst else None)

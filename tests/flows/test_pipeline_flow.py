@@ -84,6 +84,14 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
     assert slices["gar"] == slices["discriminator-sft"] == first["discriminator"]["slices_version"]
     assert len(slices["gar"]) == 64  # the slice file's SHA-256
     assert "pipeline.md" in {a.path for a in mlflow.MlflowClient().list_artifacts(first["run_id"])}
+    rewards = first["trained"]["rewards"]  # the one GAR update's terms, printed under the table
+    assert list(rewards) == ["R_m", "R_s", "R_d", "R_a"] and all(len(v) == 1 for v in rewards.values())
+    assert "Joint RL rewards, 1 update: R_m " in first["table"]
+    runs = first["trained"]["benchmark_runs"]  # each benchmark's per-question predictions
+    assert set(runs) == {"warmup", "trained"}
+    for run_id in runs.values():
+        rows = tracking.read_table(run_id, "predictions/world/search_r1.json")
+        assert len(rows) == 4 and {"id", "em", "f1", "n_searches"} <= set(rows[0])  # limit 4
 
     second = pipeline(config)
     assert second["discriminator"]["run_id"] == first["discriminator"]["run_id"]  # skipped

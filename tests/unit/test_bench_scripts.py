@@ -209,3 +209,60 @@ def test_the_rex_rag_test_pairs_seed_means_on_the_multi_hop_questions(monkeypatc
     # rex searches per multi-hop question [2, 2, 2] vs the start policy's 1
     assert test["rex-start_searches_multi_hop"]["diff"] == pytest.approx(1.0)
     assert test["per_seed_rex-grpo_f1_multi_hop"]["1"]["diff"] == pytest.approx((0.0 + 0.0 + 1.0) / 3)
+
+
+def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from reporting import child_json
+
+    script = "import json, os; print(json.dumps({'cwd': os.getcwd()}))"
+    assert child_json([sys.executable, "-c", script], cwd=tmp_path) == {"cwd": str(tmp_path)}
+
+
+def test_the_gar_pipeline_seed_configs_change_only_seeds_and_names(tmp_path, monkeypatch):
+    """The seed's pipeline, GAR and discriminator configs load, and differ from the project's
+    in their seeds, experiment and registered names alone."""
+    on_path(monkeypatch, "learning")
+    import bench_gar_pipeline
+
+    from advrag.config import DiscriminatorSFTConfig, PipelineConfig, load_config
+    from advrag.recipes.gar import GarConfig
+
+    configs = BENCH.parent / "configs"
+    path = bench_gar_pipeline.seed_configs(configs / "pipeline.yaml", 3, tmp_path / "seed3")
+    pipeline = load_config(path, PipelineConfig)
+    base = load_config(configs / "pipeline.yaml", PipelineConfig)
+    assert pipeline.data == base.data and pipeline.experiment == "advrag-bench-gar-pipeline"
+    gar, base_gar = (load_config(p, GarConfig) for p in (pipeline.recipe, configs / "gar.yaml"))
+    assert (gar.optim.seed, gar.warmup.sft.seed) == (3, 3)  # the discriminator's RL: optim's
+    changed = {key for key, value in gar.model_dump().items()
+               if value != base_gar.model_dump()[key]}
+    assert changed == {"optim", "warmup", "registered_reasoner", "registered_discriminator"}
+    judge = load_config(pipeline.discriminator, DiscriminatorSFTConfig)
+    base_judge = load_config(configs / "discriminator.yaml", DiscriminatorSFTConfig)
+    assert (judge.seed, judge.sft.seed) == (3, 3)
+    assert judge.model_copy(update={"seed": 0, "sft": base_judge.sft,
+                                    "registered_model": base_judge.registered_model}) == base_judge
+
+
+def test_the_gar_pipeline_test_pairs_trained_and_warmup_seed_means(monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_gar_pipeline
+
+    def rows(f1s):
+        kinds = ["single", "single", "two-hop", "comparison"]
+        return [{"id": f"q{i}", "kind": k, "f1": f, "em": float(f == 1.0)}
+                for i, (k, f) in enumerate(zip(kinds, f1s))]
+
+    seeds = {0: {"rows": {"warmup": rows([0.5, 0.0, 0.0, 0.5]), "trained": rows([1.0, 0.0, 0.0, 0.5])}},
+             1: {"rows": {"warmup": rows([0.0, 0.0, 0.0, 1.0]), "trained": rows([1.0, 1.0, 0.0, 0.0])}}}
+    test = bench_gar_pipeline.the_test(seeds)
+    # seed means: warm-up [¼, 0, 0, ¾], trained [1, ½, 0, ¼] → per question +¾, +½, 0, −½
+    assert test["pooled"]["all"]["f1"]["diff"] == pytest.approx((0.75 + 0.5 + 0 - 0.5) / 4)
+    assert test["pooled"]["single"]["trained_f1"] == pytest.approx(0.75)
+    assert test["pooled"]["single"]["f1"]["diff"] == pytest.approx(0.625)
+    assert test["pooled"]["all"]["em"]["diff"] == pytest.approx((1.0 + 0.5 + 0 - 0.5) / 4)
+    assert test["per_seed"]["0"]["all"]["f1"]["diff"] == pytest.approx(0.5 / 4)
+    seeds[1]["rows"]["warmup"][0]["id"] = "other"
+    with pytest.raises(ValueError, match="different questions"):
+        bench_gar_pipeline.the_test(seeds)
