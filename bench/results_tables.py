@@ -334,6 +334,18 @@ def demo_pipeline_table(report: dict) -> Table:
             rows)
 
 
+def demo_adversarial_table(report: dict) -> Table:
+    """bench/jobs/bench_demo.py: what the demo's adversarial stage did — the discriminator on its
+    held-out slices, and the joint update's reward terms (the last update's when several)."""
+    judge, rewards = report["pipeline"]["judge"], report["pipeline"]["trained"].get("rewards", {})
+    m = judge["metrics"]
+    auroc = "n/a" if m["auroc"] != m["auroc"] else f"{m['auroc']:.3f}"  # NaN: one label scored
+    return (["held-out slices", "verdict accuracy", "verdict F1", "malformed verdicts",
+             "AUROC of P(yes)", *rewards],
+            [[f"{m['n']:.0f}", f"{m['accuracy']:.3f}", f"{m['f1']:.3f}", f"{m['malformed']:.0f}",
+              auroc, *(f"{v[-1]:.3f}" for v in rewards.values())]])
+
+
 def nightly_table(report: dict) -> Table:
     """bench/jobs/bench_nightly.py: each night's wall time and Prefect's share of it."""
     return (["night", "wall s", "task runs", "slowest task", "alias", "Prefect's share (bound)"],
@@ -468,7 +480,8 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "rollout_precision": rollout_precision_table, "generation": generation_table,
     "rollout": rollout_table, "allocator": allocator_table, "omp_wait": omp_wait_table,
     "retrieval": retrieval_table, "retrieval:embedder": retrieval_embedder_table,
-    "demo": demo_table, "demo:pipeline": demo_pipeline_table, "nightly": nightly_table, "ui": ui_table, "warmup": warmup_table,
+    "demo": demo_table, "demo:pipeline": demo_pipeline_table,
+    "demo:adversarial": demo_adversarial_table, "nightly": nightly_table, "ui": ui_table, "warmup": warmup_table,
     "arr_compare": arr_compare_table, "learning": learning_table, "ur2_run": ur2_run_table,
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,

@@ -110,7 +110,6 @@ def policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = 3.0,
-    importance_weights: Tensor | None = None,
     agg: str = "token-mean",
     horizon: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
@@ -118,13 +117,13 @@ def policy_loss(
 
     Per token, with ``r = exp(logprobs − old_logprobs)``:
     ``max(−A·r, −A·clip(r, 1 − clip_low, 1 + clip_high))``, capped at ``−A·dual_clip``
-    where A < 0; then multiplied by ``importance_weights`` (detached) and
-    reduced by :func:`aggregate_loss` with ``agg`` and ``horizon``.
+    where A < 0; then reduced by :func:`aggregate_loss` with ``agg`` and ``horizon``. An
+    off-policy correction (REX-RAG's) comes in through ``old_logprobs``: the behaviour
+    log-prob the ratio divides by.
 
     Args:
         logprobs, old_logprobs, advantages: shape ``(batch, seq)``.
         response_mask: tokens the policy sampled (bool or 0/1), ``(batch, seq)``.
-        importance_weights: optional per-token weights ``(batch, seq)``, treated as constants.
 
     Returns:
         The scalar loss and metrics over unmasked tokens: ``clip_fraction``
@@ -140,8 +139,6 @@ def policy_loss(
     per_token, clip_mask, dual_mask = _ppo_per_token(
         ratio, advantages, clip_low, clip_high, dual_clip
     )
-    if importance_weights is not None:
-        per_token = per_token * importance_weights.detach()
     loss = aggregate_loss(per_token, mask, agg, horizon=horizon)
     with torch.no_grad():
         metrics = {

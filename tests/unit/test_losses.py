@@ -71,7 +71,7 @@ def _four_token_batch():
     return logprobs, torch.zeros(1, 5), adv, mask
 
 
-def test_policy_loss_metrics_and_importance_weights():
+def test_policy_loss_metrics_and_gradient():
     logprobs, old, adv, mask = _four_token_batch()
     loss, metrics = policy_loss(logprobs, old, adv, mask)
     # per-token losses −1.2, 0.8, 3, −1.1 → token-mean 1.5 / 4 = 0.375
@@ -82,14 +82,9 @@ def test_policy_loss_metrics_and_importance_weights():
     assert metrics["ratio_mean"] == pytest.approx(1.775, abs=1e-6)
     assert metrics["approx_kl"] == pytest.approx(-math.log(3.3) / 4, abs=1e-6)
     assert all(isinstance(v, float) for v in metrics.values())
-    # weights [2, 1, 1, 0.5] → (−2.4 + 0.8 + 3 − 0.55) / 4 = 0.2125; weights are constants
-    weights = torch.tensor([[2.0, 1.0, 1.0, 0.5, 9.0]], requires_grad=True)
-    weighted, _ = policy_loss(logprobs, old, adv, mask, importance_weights=weights)
-    assert weighted.item() == pytest.approx(0.2125, abs=1e-6)
-    weighted.backward()
-    assert weights.grad is None
-    # only the free token has a gradient: d/dlogp of 0.5 · (−A·r) / 4 = −1.1 · 0.5 / 4
-    torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.0, 0.0, -0.1375, 0.0]]))
+    # only the free token has a gradient: d/dlogp of −A·r / 4 = −1.1 / 4
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.0, 0.0, -0.275, 0.0]]))
 
 
 def _random_batch(gen, batch=4, seq=6):
