@@ -93,7 +93,7 @@ def seed_result(args: argparse.Namespace, seed: int) -> dict:
         project = scratch_project(args.cache_dir)
         env = os.environ | CHILD_ENV | {"PREFECT_HOME": str(project / ".prefect"),
                                         "HF_HOME": str(ROOT / ".cache/hf")}
-        child_json([sys.executable, "-P", str(Path(__file__).resolve()), "--config",
+        child_json([sys.executable, str(Path(__file__).resolve()), "--config",
                     str(args.config.resolve()), "--cache-dir", str(args.cache_dir.resolve()),
                     "--seed-run", str(seed)], env=env, cwd=project)
     return json.loads(done.read_text())
