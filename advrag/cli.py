@@ -28,15 +28,35 @@ ENV_DEFAULTS = {
     "DVC_NO_ANALYTICS": "1",
     "HF_HUB_OFFLINE": "1",
     "PREFECT_HOME": str(Path(".prefect").resolve()),
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # Prefect's 20 s: too few when busy
 }
 
 
 @app.callback()
 def _environment() -> None:
     """Telemetry off, state project-local, offline: set before any command imports
-    torch, Prefect or MLflow. Values already in the environment win."""
+    torch, Prefect or MLflow. Values already in the environment win. Flows report to the
+    Prefect server `advrag ui` or `advrag schedule` runs from PREFECT_HOME when one answers,
+    else to a temporary one Prefect starts."""
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    if "PREFECT_API_URL" not in os.environ:
+        from advrag.ops.scheduling import local_api
+
+        url = local_api(Path(os.environ["PREFECT_HOME"]))
+        if url is not None:
+            os.environ["PREFECT_API_URL"] = url
+
+
+PREFECT_START_FAILED = "Timed out while attempting to connect to ephemeral Prefect API"
+
+
+def prefect_start_fix() -> str:
+    """The one line a command prints when Prefect's temporary server did not start in time."""
+    limit = os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "?")
+    return (f"error: Prefect's temporary server did not answer within {limit} s (a busy "
+            "machine?). Rerun with PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=600, or "
+            "start a server first with `advrag ui` (in another terminal): commands then use it.")
 
 
 CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe."
@@ -641,7 +661,8 @@ def guess_model(file: Path, overrides: dict | None = None) -> type:
 
 def main() -> None:
     """The `advrag` command: re-executed once with tcmalloc preloaded where it is installed
-    (``advrag.common.allocator``), then run. A bad ``$ADVRAG_ALLOCATOR``: its message, exit 2."""
+    (``advrag.common.allocator``), then run. A bad ``$ADVRAG_ALLOCATOR``: its message, exit 2;
+    Prefect's temporary server not starting: one line with the fix, exit 1."""
     from advrag.common.allocator import use_tcmalloc
 
     try:
@@ -649,7 +670,13 @@ def main() -> None:
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise SystemExit(2) from None
-    app()
+    try:
+        app()
+    except RuntimeError as err:
+        if PREFECT_START_FAILED not in str(err):
+            raise
+        typer.echo(prefect_start_fix(), err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -48,9 +48,35 @@ class Scheduled:
     home: Path
 
 
+API_URL_FILE = "api-url"
+"""In PREFECT_HOME while a server started from it runs (`advrag schedule`, `advrag ui`): its API
+URL, which every `advrag` command then reports to instead of starting a temporary server."""
+
+
 def api_url(port: int) -> str:
     """The API URL of a local server on ``port``."""
     return f"http://{HOST}:{port}/api"
+
+
+def record_api(home: Path, url: str) -> None:
+    """Leave ``url`` in ``home`` for `advrag` commands to find (``local_api``)."""
+    (home / API_URL_FILE).write_text(f"{url}\n")
+
+
+def local_api(home: Path) -> str | None:
+    """The API URL of the server recorded in ``home`` when it answers its health check now;
+    None when none was recorded or it is gone (a stale record is removed)."""
+    path = home / API_URL_FILE
+    if not path.is_file():
+        return None
+    url = path.read_text().strip()
+    try:
+        if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            return url
+    except httpx.HTTPError:
+        pass
+    path.unlink(missing_ok=True)
+    return None
 
 
 def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-local",
@@ -64,6 +90,7 @@ def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-lo
                                     "--port", str(port), "--analytics-off"], env, root)
     wait_healthy(api_url(port), timeout_s, home)
     server_start_s = time.monotonic() - started
+    record_api(home, api_url(port))
     ensure_pool(pool, env, root)
     names = [arg for name in deployments for arg in ("-n", name)]
     run_cli(["--no-prompt", "deploy", *names, "--pool", pool], env, root)
@@ -82,6 +109,7 @@ def unschedule(home: Path, timeout_s: float = 30) -> list[str]:
     for name in ("worker", "server"):
         if stop(home.resolve(), name, timeout_s):
             stopped.append(name)
+    (home / API_URL_FILE).unlink(missing_ok=True)
     return stopped
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from advrag.ops.scheduling import API_URL_FILE
+
 HOST = "127.0.0.1"
 # The MLflow runs view `advrag ui` links to: the benchmark's per-method EM and F1 averaged over
 # datasets (``avg/<method>/em|f1``, named in tasks/benchmark.py) as columns.
@@ -42,6 +44,9 @@ class ServerSpec:
     url: str
     health_url: str
     log: Path
+    api_record: Path | None = None
+    """Where the API URL is left while this server of ours runs (Prefect's: ``PREFECT_HOME``'s
+    ``scheduling.API_URL_FILE``, read by every `advrag` command)."""
 
 
 @dataclass
@@ -73,7 +78,8 @@ def prefect_spec(home: Path, port: int = 4200) -> ServerSpec:
            "--port", str(port), "--analytics-off"]
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"{url}/api",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
-    return ServerSpec("Prefect", cmd, env, url, f"{url}/api/health", home / "ui-server.log")
+    return ServerSpec("Prefect", cmd, env, url, f"{url}/api/health", home / "ui-server.log",
+                      home / API_URL_FILE)
 
 
 def answers(health_url: str) -> bool:
@@ -144,10 +150,15 @@ def running(specs: list[ServerSpec], timeout_s: float = 180) -> Iterator[list[Se
         for spec in specs:
             servers.append(launch(spec))
         wait_ready(servers, timeout_s)
+        for server in servers:
+            if server.spec.api_record is not None and server.process is not None:
+                server.spec.api_record.write_text(f"{server.spec.url}/api\n")
         yield servers
     finally:
         for server in reversed(servers):
             stop(server)
+            if server.spec.api_record is not None and server.process is not None:
+                server.spec.api_record.unlink(missing_ok=True)
 
 
 def describe(server: Server) -> str:

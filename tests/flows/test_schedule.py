@@ -10,10 +10,12 @@ and that `unschedule` stops both processes.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -173,11 +175,36 @@ def test_rerun_reuses_the_server_and_skips_nights_missed_without_a_worker(schedu
         scheduling.schedule(root, info.home, port=info.port + 1, pool="advrag-test")
 
 
+REPORT_A_FLOW = """
+from advrag.cli import _environment
+_environment()
+from prefect import flow
+@flow(name="reuse-probe")
+def probe():
+    return 1
+probe()
+"""
+
+
+@pytest.mark.slow
+def test_a_command_reports_to_the_running_server_instead_of_starting_one(scheduled):
+    """An `advrag` command run by hand (no PREFECT_API_URL) finds the server of its
+    PREFECT_HOME, so its flow runs show in that server's UI."""
+    root, info = scheduled
+    assert scheduling.local_api(info.home) == info.api_url
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    subprocess.run([sys.executable, "-c", REPORT_A_FLOW], cwd=root, check=True, timeout=300,
+                   env=env | {"PREFECT_HOME": str(info.home)})
+    [run] = api(scheduled, "/flow_runs/filter", {"flows": {"name": {"any_": ["reuse-probe"]}}})
+    assert run["state"]["type"] == "COMPLETED"
+
+
 @pytest.mark.slow
 def test_unschedule_stops_worker_then_server(scheduled):
     _, info = scheduled
     assert scheduling.unschedule(info.home) == ["worker", "server"]
     assert not (info.home / "worker.pid").exists() and not (info.home / "server.pid").exists()
+    assert not (info.home / scheduling.API_URL_FILE).exists()  # commands start their own again
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{info.api_url}/health", timeout=2)
     assert scheduling.unschedule(info.home) == []

@@ -73,3 +73,43 @@ def test_share_runs_view_selects_the_em_and_f1_columns(tmp_path, monkeypatch):
     tag = mlflow.MlflowClient().get_experiment(experiment_id).tags["mlflow.sharedViewState.em-f1"]
     assert json.loads(tag) == {"selectedColumns": ["metrics.`avg/arr/f1`", "metrics.`avg/cot/em`",
                                                    "metrics.`avg/cot/f1`"]}
+
+
+HEALTH_SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/api/health" else 404); self.end_headers()
+    def log_message(self, *args): pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_server_of_ours_leaves_its_api_url_for_commands_while_it_runs(tmp_path):
+    """What `advrag ui` does for its Prefect server: the record appears once it answers, every
+    `advrag` command finds it (``local_api``), and it goes when the server stops."""
+    from advrag.ops import scheduling
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url, record = f"http://127.0.0.1:{port}", tmp_path / scheduling.API_URL_FILE
+    ours = ui.ServerSpec("Test", [sys.executable, "-c", HEALTH_SERVER, str(port)], {}, url,
+                         f"{url}/api/health", tmp_path / "test.log", api_record=record)
+    with ui.running([ours], timeout_s=60):
+        assert record.read_text() == f"{url}/api\n"
+        assert scheduling.local_api(tmp_path) == f"{url}/api"
+    assert not record.exists() and scheduling.local_api(tmp_path) is None
+
+
+def test_a_stale_api_record_is_ignored_and_removed(tmp_path, running_server):
+    from advrag.ops import scheduling
+
+    record = tmp_path / scheduling.API_URL_FILE
+    record.write_text(f"{running_server}\n")  # answers /health: in use
+    assert scheduling.local_api(tmp_path) == running_server
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        record.write_text(f"http://127.0.0.1:{sock.getsockname()[1]}/api\n")
+    assert scheduling.local_api(tmp_path) is None and not record.exists()

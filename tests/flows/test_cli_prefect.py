@@ -1,0 +1,44 @@
+"""`advrag` commands run by hand, outside `make`: they set Prefect's start-up limit themselves,
+and a temporary Prefect server that does not start is one line naming the fix, not a traceback.
+(Reusing a running server: tests/flows/test_schedule.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+SHOW_LIMIT = ("import os\nfrom advrag.cli import _environment\n_environment()\n"
+              f"print(os.environ['{LIMIT}'])")
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """This environment without what the Makefile exports for Prefect: what a user's shell has."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PREFECT_") and k != "MLFLOW_TRACKING_URI"}
+    return env | extra
+
+
+def test_a_command_raises_prefects_start_up_limit_unless_the_user_set_one(tmp_path):
+    def shown(env):
+        return subprocess.run([sys.executable, "-c", SHOW_LIMIT], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert shown(bare_env()) == "120"  # Prefect's own default, 20 s, failed on a busy machine
+    assert shown(bare_env(**{LIMIT: "45"})) == "45"
+
+
+def test_a_prefect_server_that_does_not_start_is_one_line_naming_the_fix(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "advrag.cli", "benchmark", "--config",
+         str(ROOT / "configs/demo.yaml")], cwd=tmp_path, env=bare_env(**{LIMIT: "1"}),
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr + result.stdout
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: Prefect's temporary server did not answer within 1 s")
+    assert f"{LIMIT}=600" in line and "`advrag ui`" in line
+    assert not (tmp_path / ".mlflow").exists()  # nothing ran, nothing was written
