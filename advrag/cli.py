@@ -209,6 +209,9 @@ def embed(
     out: Path = typer.Argument(..., help="Output .npy of L2-normalised embeddings."),
     model: str = typer.Option("minilm", help="'minilm' (packaged), a local dir or a hub id (E5/BGE ok)."),
     batch_size: int = typer.Option(64, help="Passages per encoder batch."),
+    shard_size: int = typer.Option(8192, min=1, help="Passages read, embedded and written at a "
+                                   "time: memory holds one shard; an interrupted run resumes "
+                                   "after its last whole shard."),
     device: str = typer.Option("cpu", help="cpu: the same bytes on every x86-64 CPU (pinned "
                                "kernels), so dvc.lock too; auto or cuda: faster on a GPU."),
 ) -> None:
@@ -218,7 +221,7 @@ def embed(
     if device == "cpu":
         pin_cpu_kernels()
     embedder = Embedder(model, batch_size=batch_size, device=device)
-    n, dim = embed_corpus_file(chunks, out, embedder=embedder)
+    n, dim = embed_corpus_file(chunks, out, embedder=embedder, block_size=shard_size)
     typer.echo(f"{n}×{dim} embeddings → {out}")
 
 

@@ -31,11 +31,14 @@ whatever kernels the process has: retrieval reads the index, it never rebuilds i
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -188,26 +191,65 @@ def embed_corpus_file(
     block_size: int = 8192,
     progress: bool = True,
 ) -> tuple[int, int]:
-    """Embed every passage of a FlashRAG JSONL file into an ``(n, dim)`` float32 .npy (atomic).
+    """Embed every passage of a FlashRAG JSONL file into an ``(n, dim)`` float32 .npy, in
+    shards of ``block_size`` passages; an interrupted run resumes after its last whole shard.
 
-    Rows follow the file's line order, which is what ``build_index_dir`` pairs
-    them with. Streams in blocks so memory stays at one block of texts.
-    Returns ``(n, dim)``.
+    Rows follow the file's line order, which is what ``build_index_dir`` pairs them with.
+    Texts are read one shard at a time and each shard's vectors go straight to a memory-mapped
+    file, so memory holds one shard (``block_size`` texts and their vectors: 8,192 × 384
+    float32 = 12.6 MB for MiniLM), never the corpus. The work file ``<out>.partial`` and its
+    record ``<out>.partial.json`` (the shards done, for this chunks file, model and shard size)
+    are flushed after every shard; the finished file replaces ``out_path`` whole. Returns
+    ``(n, dim)``.
     """
     embedder = embedder or Embedder(progress=False)
     n = sum(1 for _ in iter_corpus(chunks_path))
     if n == 0:
         raise ValueError(f"{chunks_path} holds no passages; nothing to embed.")
-    dim = embedder.dim
-    with atomic_file(out_path) as tmp:
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
-        texts = (row["contents"] for row in iter_corpus(chunks_path))
-        row = 0
-        with tqdm(total=n, desc="embed", unit="passage", disable=not progress) as bar:
-            for block in _blocks(texts, block_size):
-                array[row : row + len(block)] = embedder.encode_passages(block)
-                row += len(block)
-                bar.update(len(block))
-        array.flush()
-        del array
-    return n, dim
+    out = Path(out_path)
+    work, record = out.with_name(out.name + ".partial"), out.with_name(out.name + ".partial.json")
+    job = {"chunks_sha256": file_sha256(chunks_path), "n": n, "dim": embedder.dim,
+           "model": embedder.spec, "family": embedder.family, "block_size": block_size}
+    done = rows_done(work, record, job)
+    array = np.lib.format.open_memmap(work, mode="r+" if done else "w+", dtype=np.float32,
+                                      shape=(n, job["dim"]))
+    texts = islice((row["contents"] for row in iter_corpus(chunks_path)), done, None)
+    with tqdm(total=n, initial=done, desc="embed", unit="passage", disable=not progress) as bar:
+        for block in _blocks(texts, block_size):
+            array[done : done + len(block)] = embedder.encode_passages(block)
+            array.flush()
+            done += len(block)
+            _write_record(record, job | {"rows_done": done})
+            bar.update(len(block))
+    del array
+    os.replace(work, out)
+    record.unlink()
+    return n, job["dim"]
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def rows_done(work: Path, record: Path, job: dict) -> int:
+    """Rows an interrupted run of the same job left in ``work`` (0 to start afresh: no record,
+    another chunks file, model or shard size, or a work file that is not there)."""
+    if not (record.is_file() and work.is_file()):
+        return 0
+    try:
+        saved = json.loads(record.read_text())
+    except ValueError:
+        return 0
+    same = all(saved.get(key) == value for key, value in job.items())
+    return int(saved.get("rows_done", 0)) if same else 0
+
+
+def _write_record(record: Path, state: dict) -> None:
+    """The work file's record, replaced whole (a kill leaves the old one or the new one)."""
+    with atomic_file(record) as tmp:
+        tmp.write_text(json.dumps(state))

@@ -439,3 +439,54 @@ def test_bm25_index_files_do_not_depend_on_the_hash_seed(tmp_path):
         subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env)
         outputs.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
     assert outputs[0] == outputs[1] and outputs[0]
+
+
+class ShardCounter:
+    """The real embedder, keeping the texts of each shard it embeds; at shard ``stop_at`` it
+    raises KeyboardInterrupt instead (what Ctrl-C or a kill does mid-run)."""
+
+    def __init__(self, inner, stop_at: int | None = None):
+        self.inner, self.stop_at, self.shards = inner, stop_at, []
+        self.spec, self.family, self.dim = inner.spec, inner.family, inner.dim
+
+    def encode_passages(self, texts):
+        if len(self.shards) == self.stop_at:
+            raise KeyboardInterrupt
+        self.shards.append(list(texts))
+        return self.inner.encode_passages(texts)
+
+
+@pytest.mark.slow
+def test_an_interrupted_embedding_resumes_after_its_last_whole_shard(tmp_path, minilm, corpus):
+    chunks, out = tmp_path / "chunks.jsonl", tmp_path / "emb.npy"
+    write_jsonl(chunks, corpus)
+    embed_corpus_file(chunks, tmp_path / "straight.npy", minilm, block_size=16, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        embed_corpus_file(chunks, out, ShardCounter(minilm, stop_at=2), block_size=16,
+                          progress=False)
+    record = json.loads((tmp_path / "emb.npy.partial.json").read_text())
+    assert not out.exists() and record["rows_done"] == 32  # shards 1 and 2 of 4 (50 passages)
+
+    resumed = ShardCounter(minilm)
+    assert embed_corpus_file(chunks, out, resumed, block_size=16, progress=False) == (50, 384)
+    assert resumed.shards == [[r["contents"] for r in corpus[32:48]], [corpus[48]["contents"],
+                                                                       corpus[49]["contents"]]]
+    assert out.read_bytes() == (tmp_path / "straight.npy").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks.jsonl", "emb.npy",
+                                                          "straight.npy"]
+
+
+@pytest.mark.slow
+def test_a_work_file_of_another_job_is_not_resumed(tmp_path, minilm, corpus):
+    chunks, out = tmp_path / "chunks.jsonl", tmp_path / "emb.npy"
+    write_jsonl(chunks, corpus)
+    with pytest.raises(KeyboardInterrupt):
+        embed_corpus_file(chunks, out, ShardCounter(minilm, stop_at=1), block_size=16,
+                          progress=False)
+    write_jsonl(chunks, corpus[::-1])  # the chunks changed since: every shard is embedded anew
+    again = ShardCounter(minilm)
+    embed_corpus_file(chunks, out, again, block_size=16, progress=False)
+    assert len(again.shards) == 4 and again.shards[0][0] == corpus[-1]["contents"]
+    again = ShardCounter(minilm)  # a finished file leaves no record: a rerun starts afresh
+    embed_corpus_file(chunks, out, again, block_size=25, progress=False)
+    assert len(again.shards) == 2
