@@ -18,7 +18,14 @@ import json
 
 from prefect import flow
 
-from advrag.config import DiscriminatorSFTConfig, PipelineConfig, config_hash, load_config
+from advrag.config import (
+    ConfigError,
+    DataConfig,
+    DiscriminatorSFTConfig,
+    PipelineConfig,
+    config_hash,
+    load_config,
+)
 from advrag.flows.prepare_data import prepare_data
 from advrag.flows.promotion import paired_gate, promotion_gate
 from advrag.flows.rl import run_recipe
@@ -35,8 +42,10 @@ DEFAULT_CONFIG = "configs/pipeline.yaml"
 def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pipeline") -> dict:
     """Data → warm-up → discriminator SFT → joint RL → benchmark → promotion (module docstring)."""
     config = as_config(config)
-    digest = prepare_data(config.data)["digest"]
     recipe = recipe_for(config.recipe)
+    recipe.configure(**dataset_settings(recipe.config, config.data))
+    check_data(config, recipe)
+    digest = prepare_data(config.data)["digest"]
     sft = discriminator_config(config, recipe)
     keyed = stages.stage_key(recipe.settings_hash(), digest, sft and config_hash(sft))
     recipe.configure(experiment=config.experiment,
@@ -58,13 +67,33 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
             "discriminator": judge, "decision": decision, "decisions": decisions, "table": summary}
 
 
+def dataset_settings(settings, data: DataConfig) -> dict:
+    """What points a stage's config at the pipeline's data: its ``world_dir`` (and its
+    benchmark's) set to the world's directory or to where your files were copied."""
+    evaluate = getattr(settings, "evaluate", None)
+    return {"world_dir": data.dataset_dir} | (
+        {"evaluate": evaluate.model_copy(update={"world_dir": data.dataset_dir})}
+        if evaluate is not None else {})
+
+
+def check_data(config: PipelineConfig, recipe: Recipe) -> None:
+    """Refuse, before any stage runs, a recipe setting that reads what your files lack (only
+    the generated world has hop chains, reasoning splits and a fact table)."""
+    needs = recipe.needs_world() if config.data.files is not None else []
+    if needs:
+        raise ConfigError(f"{config.recipe}: data.files has no generated world, which this "
+                          "recipe config reads — " + "; ".join(needs) + ".")
+
+
 def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
-    """The discriminator SFT's settings (in the pipeline's experiment); None when the recipe
-    needs no discriminator SFT upstream (``Recipe.upstream``) or the pipeline names no SFT config."""
+    """The discriminator SFT's settings (in the pipeline's experiment, on its data); None when
+    the recipe needs no discriminator SFT upstream (``Recipe.upstream``) or the pipeline names
+    no SFT config."""
     if "discriminator_sft" not in recipe.upstream() or config.discriminator is None:
         return None
-    return load_config(config.discriminator, DiscriminatorSFTConfig).model_copy(
-        update={"experiment": config.experiment})
+    sft = load_config(config.discriminator, DiscriminatorSFTConfig)
+    return sft.model_copy(update={"experiment": config.experiment,
+                                  "world_dir": config.data.dataset_dir})
 
 
 def warm_up_stage(recipe: Recipe, parent: str, digest: str) -> str:

@@ -1,6 +1,8 @@
-"""Flow `prepare_data`: build the world, gate it, version it, index it."""
+"""Flow `prepare_data`: the world or your files, gated, versioned, indexed."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from prefect import flow
 
@@ -11,13 +13,16 @@ from advrag.tasks import data
 
 @flow(name="prepare_data", log_prints=True)
 def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
-    """World → GX gate → `dvc add data` → `dvc repro`; returns the data version."""
+    """World (or your files, gated first and copied under ``raw_dir/files``) → GX gate →
+    ``params.yaml``'s corpus → `dvc add data` → `dvc repro`; returns the data version. Bad files
+    fail the gate before anything is written."""
     with console.progress("data", 4 if config.dvc_repro else 3, "steps") as bar:
-        world_dir = data.build_world(config.world)
-        qa_files = [world_dir / f"{prefix}{split}.jsonl" for prefix in ("", "reasoning_")
-                    for split in ("train", "dev", "test")]
+        qa_files, corpus = source_files(config)
         bar.update()
-        data.gate_files([*qa_files, *config.extra_files], [world_dir / "corpus.jsonl"])
+        data.gate_files([*qa_files, *config.extra_files], [corpus])
+        if config.files is not None:
+            data.import_files(config.files, config.dataset_dir)
+        data.point_stages_at(config.dataset_dir / "corpus.jsonl")
         bar.update()
         data.version_raw_data(config.raw_dir)
         bar.update()
@@ -28,3 +33,14 @@ def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
         bar.update()
     print(f"data version {version['digest']}")
     return version
+
+
+def source_files(config: DataConfig) -> tuple[list[Path], Path]:
+    """The QA files and the corpus the gate checks: the world's (generated first, with its
+    reasoning splits) or your files as you gave them."""
+    if config.files is not None:
+        files = config.files
+        return [files.train, files.dev, files.test], files.corpus
+    world_dir = data.build_world(config.world)
+    return ([world_dir / f"{prefix}{split}.jsonl" for prefix in ("", "reasoning_")
+             for split in ("train", "dev", "test")], world_dir / "corpus.jsonl")

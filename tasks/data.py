@@ -1,4 +1,4 @@
-"""Prefect tasks of the data plane: world → gate → version → DVC stages."""
+"""Prefect tasks of the data plane: world or files → gate → version → DVC stages."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import task
 
-from advrag.config import WorldSection
+from advrag.config import DataFiles, WorldSection
 from advrag.ops import dataplane
 
 
@@ -23,6 +23,18 @@ def gate_files(qa_paths: list[Path], corpus_paths: list[Path]) -> None:
     from advrag.curation.gates import require_valid
 
     require_valid(qa_paths, corpus_paths)
+
+
+@task
+def import_files(files: DataFiles, out_dir: Path) -> Path:
+    """Copy your files (gated already) under the raw-data directory, where DVC versions them."""
+    return dataplane.import_files(files, out_dir)
+
+
+@task
+def point_stages_at(corpus: Path) -> bool:
+    """``params.yaml``'s ``data.corpus``: the corpus `dvc repro` chunks."""
+    return dataplane.point_stages_at(corpus)
 
 
 @task(retries=2, retry_delay_seconds=2)

@@ -14,6 +14,7 @@ from advrag.config.flows import (
     BenchmarkConfig,
     CurateSection,
     DataConfig,
+    DataFiles,
     DemoConfig,
     Method,
     PipelineConfig,
@@ -33,7 +34,7 @@ from advrag.config.loading import (
 from advrag.config.rl import RLRunConfig, WarmupSection
 
 __all__ = [
-    "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DemoConfig",
+    "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DataFiles", "DemoConfig",
     "DiscriminatorSFTConfig", "LoraSettings", "Method", "PipelineConfig", "OverridesOf",
     "PromotionSection", "RLRunConfig", "SFTConfig", "Strict", "SummaryConfig", "TrainConfig",
     "WarmupSection", "WorldSection",

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from advrag.config.base import Strict
-from advrag.datasets.loaders import is_qa_path
+from advrag.datasets.loaders import QA_SUFFIXES, is_qa_path
 from advrag.datasets.world import WorldConfig
 
 Method = Literal["cot", "naive_rag", "search_r1", "arr"]
@@ -91,15 +91,69 @@ class WorldSection(Strict):
         return self
 
 
+FILE_SHAPES = ("QA rows: id, question, golden_answers", "one {id, contents} JSON object a line")
+"""What a QA file and the corpus hold (indexed by ``is corpus``), for the error messages."""
+
+
+class DataFiles(Strict):
+    """Your own data in FlashRAG's layout: a corpus of ``{"id", "contents"}`` JSON lines, and
+    train/dev/test questions as ``{"id", "question", "golden_answers"}`` rows (JSON lines, a
+    JSON array or parquet). Paths relative to the directory advrag runs in."""
+
+    corpus: Path = Field(..., description="The corpus: one {id, contents} JSON object a line.")
+    train: Path = Field(..., description="Training questions: RL, the warm-up, curation.")
+    dev: Path = Field(..., description="Development questions: where settings are chosen.")
+    test: Path = Field(..., description="Held-out questions: the benchmark and the promotion "
+                       "gate score these.")
+
+    @model_validator(mode="after")
+    def _readable_files(self) -> DataFiles:
+        """Each file exists and is of a format its loader reads, checked when the config loads."""
+        for split in ("corpus", "train", "dev", "test"):
+            path = getattr(self, split)
+            formats = (".jsonl",) if split == "corpus" else QA_SUFFIXES
+            if path.suffix.lower() not in formats:
+                raise ValueError(f"{split}: {path} is not a {' or '.join(formats)} file "
+                                 f"({FILE_SHAPES[split == 'corpus']})")
+            if not path.expanduser().is_file():
+                raise ValueError(f"{split}: {path} does not exist (a relative path is read from "
+                                 f"{Path.cwd()})")
+        return self
+
+
 class DataConfig(Strict):
-    """The data plane: build the world, gate it, version it, index it."""
+    """The data plane: the generated world or your files, gated, versioned and indexed."""
 
     raw_dir: Path = Field(Path("data"), description="Raw inputs tracked by data.dvc.")
-    world: WorldSection = Field(default_factory=WorldSection, description="The generated world.")
+    world: WorldSection | None = Field(default_factory=WorldSection, description="The "
+                                       "generated world (the default); null with files:.")
+    files: DataFiles | None = Field(None, description="Your own corpus and QA splits instead "
+                                    "of the world; copied under raw_dir/files and versioned "
+                                    "there.")
     extra_files: list[Path] = Field(
         default_factory=list, description="More QA jsonl/parquet files to gate with the world."
     )
     dvc_repro: bool = Field(True, description="Run `dvc repro` (chunk → embed → index).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _world_or_files(cls, data: Any) -> Any:
+        """Exactly one source: ``files:`` replaces the default world; naming both is an error."""
+        if not isinstance(data, dict) or data.get("files") is None:
+            if isinstance(data, dict) and "world" in data and data["world"] is None:
+                raise ValueError("world: null needs files: {corpus, train, dev, test} (your own "
+                                 "data); remove world: null to use the generated world")
+            return data
+        if data.get("world") is not None:
+            raise ValueError("give world: (the generated world) or files: (your own data), not "
+                             "both: remove the one you do not mean")
+        return {**data, "world": None}
+
+    @property
+    def dataset_dir(self) -> Path:
+        """Where the corpus and QA splits every stage reads live: the world's directory, or
+        ``raw_dir/files`` where your files are copied."""
+        return self.world.out_dir if self.world is not None else self.raw_dir / "files"
 
 
 class SummaryConfig(Strict):

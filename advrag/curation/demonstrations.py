@@ -15,6 +15,10 @@ protocol; we write such traces from the offline world's hop chains:
     <think> The profession of Kaheth Droube is diplomat. </think>
     <answer> diplomat </answer>
 
+A question without a hop chain (your own data: a question and its golden answers) gets a
+one-search trace instead: the question itself as the query, kept only when a golden answer
+is in the retrieved passages (the answer given is the first golden answer found there).
+
 The trajectories have exactly the segment layout ``run_search_agent`` builds
 (prompt, then alternating "policy" and "env"), so SFT learns only the policy's
 own tokens. The passages come from the real retriever; a demonstration is
@@ -100,6 +104,28 @@ def demonstration(
     return traj
 
 
+def question_demonstration(record: QARecord, prompt: str, passages: Sequence[Passage], *,
+                           max_turns: int) -> Trajectory | None:
+    """The one-search demonstration of a question without a hop chain: search the question,
+    answer with the first golden answer the passages hold; None when they hold none."""
+    found = [a for a in record.golden_answers if any(a in p.text for p in passages)]
+    if not found:
+        return None
+    traj = Trajectory()
+    traj.add(prompt, "prompt")
+    traj.add(f"<think> I need to find: {record.question} </think>\n"
+             f"<search> {record.question} </search>", "policy")
+    traj.add(information_block(format_docs(passages)), "env")
+    traj.n_searches, traj.n_turns = 1, 1
+    traj.retrieved_ids.extend(p.id for p in passages)
+    if max_turns == 1:
+        traj.add(FORCE_ANSWER_HINT, "env")
+    traj.add(_answer_turn(f"The passages say the answer is {found[0]}.", found[0]), "policy")
+    traj.n_turns += 1
+    traj.answer = found[0]
+    return traj
+
+
 def build_demonstrations(
     records: Sequence[QARecord],
     retriever: Retriever,
@@ -119,14 +145,22 @@ def build_demonstrations(
         topk: passages per search, as in the rollouts.
         max_turns: the rollouts' search budget; longer chains are skipped.
     """
-    usable = [r for r in records if 0 < len(r.metadata.get("chain") or []) <= max_turns]
-    queries = [hop_query(h) for r in usable for h in r.metadata["chain"]]
+    usable = [r for r in records if len(r.metadata.get("chain") or []) <= max_turns]
+    queries = [q for r in usable for q in demonstration_queries(r)]
     results = iter(retriever.search(queries, topk) if queries else [])
     demos = []
     for record in usable:
-        per_hop = [next(results) for _ in record.metadata["chain"]]
-        demo = demonstration(record, chat_prompt(prompt(record.question)), per_hop,
-                             max_turns=max_turns)
+        passages = [next(results) for _ in demonstration_queries(record)]
+        text = chat_prompt(prompt(record.question))
+        demo = (demonstration(record, text, passages, max_turns=max_turns)
+                if record.metadata.get("chain")
+                else question_demonstration(record, text, passages[0], max_turns=max_turns))
         if demo is not None:
             demos.append(demo)
     return demos[:limit] if limit is not None else demos
+
+
+def demonstration_queries(record: QARecord) -> list[str]:
+    """The searches of ``record``'s demonstration: one per hop, else the question itself."""
+    chain = record.metadata.get("chain")
+    return [hop_query(h) for h in chain] if chain else [record.question]

@@ -85,6 +85,8 @@ _ROW_READERS: dict[str, Callable[[Path, int | None], list[dict[str, Any]]]] = {
     ".json": _read_json_array,
     ".parquet": _read_parquet,
 }
+QA_SUFFIXES = tuple(_ROW_READERS)
+"""The QA file formats ``load_qa`` reads."""
 
 
 def _read_rows(path: str | os.PathLike[str], limit: int | None) -> list[dict[str, Any]]:

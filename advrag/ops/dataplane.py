@@ -9,7 +9,10 @@ console scripts share one implementation and never re-declare a stage.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
+    from advrag.config import DataFiles
     from advrag.datasets.world import WorldConfig
 
 DVC_ENV = {"DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
@@ -72,6 +76,63 @@ def build_world(out_dir: Path, config: WorldConfig) -> Path:
 
     write_world(generate_world(config), out_dir)
     return out_dir
+
+
+def import_files(files: DataFiles, out_dir: Path) -> Path:
+    """Your files (``data.files``) copied under ``out_dir`` as the stages read them:
+    ``corpus.jsonl`` byte for byte, and ``train/dev/test.jsonl`` as QA JSON lines (a JSON
+    array or parquet converted). A file whose content is already there is left untouched, so
+    DVC sees no change; each is replaced whole."""
+    from advrag.common.fileio import atomic_file
+    from advrag.datasets.loaders import load_qa
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    corpus = out_dir / "corpus.jsonl"
+    if not corpus.is_file() or not _same_bytes(files.corpus, corpus):
+        with atomic_file(corpus) as tmp:
+            shutil.copyfile(files.corpus, tmp)
+    for split in ("train", "dev", "test"):
+        target, records = out_dir / f"{split}.jsonl", load_qa(getattr(files, split))
+        text = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records)
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            with atomic_file(target) as tmp:
+                tmp.write_text(text, encoding="utf-8")
+    return out_dir
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes (sizes first, then SHA-256)."""
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    return _sha256(a) == _sha256(b)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+CORPUS_PARAM = re.compile(r"^(data:[ \t]*\n  corpus:[ \t]*)(\S+)(.*)$", re.M)
+"""``params.yaml``'s ``data.corpus`` line (the first of its ``data:`` section): the corpus the
+chunk stage reads."""
+
+
+def point_stages_at(corpus: Path, root: Path = Path(".")) -> bool:
+    """Set ``data.corpus`` in ``root/params.yaml`` to ``corpus`` (the world's or your files'),
+    so `dvc repro` chunks it; the rest of the file is left as written. True when it changed."""
+    params = root / "params.yaml"
+    text = params.read_text()
+    current = (yaml.safe_load(text) or {}).get("data", {}).get("corpus")
+    if current is None or not CORPUS_PARAM.search(text):
+        raise DvcError(f"{params.resolve()} has no data.corpus line ('data:', then '  corpus: "
+                       "PATH' on the next line), the corpus dvc.yaml's chunk stage reads: add it")
+    if current == str(corpus):
+        return False
+    params.write_text(CORPUS_PARAM.sub(lambda m: f"{m[1]}{corpus}{m[3]}", text, count=1))
+    return True
 
 
 def version_raw_data(path: Path, root: Path = Path(".")) -> str:

@@ -98,6 +98,11 @@ class Recipe(ABC):
         discriminator_sft is handed one."""
         raise NotImplementedError(f"recipe {self.name!r} takes no discriminator")
 
+    def needs_world(self) -> list[str]:
+        """What this config reads that only the generated world has, each with the setting
+        that lifts it; empty: it trains on any corpus and QA files (``data.files``)."""
+        return []
+
     def training_questions(self) -> list[QARecord]:
         """The questions RL (and its warm-up) draws from: the world's training split."""
         from advrag.datasets.loaders import load_qa

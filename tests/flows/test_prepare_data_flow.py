@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from advrag.config import DataConfig, WorldSection
 from advrag.curation.gates import DataGateError
@@ -52,3 +54,48 @@ def test_good_data_is_versioned_and_indexed_then_repro_is_a_noop(prefect_server,
     assert {"data", "chunk:processed/chunks.jsonl", "index:processed/index"} <= set(version)
     out = dataplane.run_dvc(["repro", *dataplane.DATA_STAGES], project)
     assert "didn't change" in out or "up to date" in out
+
+
+def write_user_files(root: Path, passages: list[str]) -> dict[str, Path]:
+    """A user's corpus (not the world's shape: one paragraph a row, ids of their own) and QA."""
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = root / "kb.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"kb-{i:03d}", "contents": text}) + "\n"
+                              for i, text in enumerate(passages)))
+    qa = {"id": "h1", "question": "Which valve does the pump use?", "golden_answers": ["V-12"]}
+    for split in ("train", "dev", "test"):
+        (root / f"{split}.jsonl").write_text(json.dumps(qa) + "\n")
+    return {"corpus": corpus} | {split: root / f"{split}.jsonl" for split in ("train", "dev", "test")}
+
+
+PASSAGES = ["Pump P-3\nThe pump P-3 uses valve V-12 and runs at 40 bar.",
+            "Valve V-12\nV-12 is a ball valve rated for 60 bar.",
+            "Site\nThe plant has three pumps and one control room."]
+
+
+def test_your_files_are_gated_copied_versioned_and_indexed_without_a_world(prefect_server,
+                                                                           project):
+    config = DataConfig(files=write_user_files(project / "mine", PASSAGES))
+    version = prepare_data(config)
+    assert not (project / "data" / "world").exists()  # nothing generated
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["data"]["corpus"] == "data/files/corpus.jsonl"
+    chunks = [json.loads(x) for x in (project / "processed/chunks.jsonl").read_text().splitlines()]
+    assert {c["id"].split("#")[0] for c in chunks} == {"kb-000", "kb-001", "kb-002"}
+    assert (project / "processed/index").is_dir() and version == dataplane.data_version(project)
+
+    assert prepare_data(config) == version  # unchanged files: nothing reruns
+    config.files.corpus.write_text(config.files.corpus.read_text().replace("40 bar", "45 bar"))
+    changed = prepare_data(config)  # an edited passage: re-gated, re-versioned, re-indexed
+    assert changed["digest"] != version["digest"] and changed["data"] != version["data"]
+    assert changed["embed:processed/embeddings.npy"] != version["embed:processed/embeddings.npy"]
+
+
+def test_a_bad_file_of_yours_fails_the_gate_before_anything_is_copied(prefect_server, project):
+    files = write_user_files(project / "mine", PASSAGES)
+    files["dev"].write_text('{"id": "h1", "question": "Which valve?", "golden_answers": []}\n')
+    params = (project / "params.yaml").read_text()
+    with pytest.raises(DataGateError, match="empty_golden_answers"):
+        prepare_data(DataConfig(files=files))
+    assert not (project / "data").exists() and not (project / "processed").exists()
+    assert (project / "params.yaml").read_text() == params

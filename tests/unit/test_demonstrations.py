@@ -82,3 +82,32 @@ def test_hop_query_and_limit():
     demos = build_demonstrations(records, KeywordRetriever(CORPUS), str, topk=2, max_turns=2,
                                  limit=1)
     assert [d.answer for d in demos] == ["diplomat"]
+
+
+PLAIN = QARecord("u1", "Ada Vell was born in which city?", ["Tarn City", "Tarn"], {})
+
+
+@pytest.mark.parametrize("max_turns", [1, 2])
+def test_a_question_without_a_chain_searches_itself_and_answers_what_it_read(max_turns):
+    """Your own data has no hop chains: one search with the question, the first golden answer
+    the passages hold; the real loop replays it to the same text."""
+    retriever = KeywordRetriever(CORPUS)
+    generator = ScriptedGenerator({})
+    [demo] = build_demonstrations([PLAIN], retriever, generator.chat_prompt, topk=1,
+                                  max_turns=max_turns)
+    assert retriever.calls == [[PLAIN.question]]
+    assert policy_texts(demo) == [
+        f"<think> I need to find: {PLAIN.question} </think>\n<search> {PLAIN.question} </search>",
+        "<think> The passages say the answer is Tarn. </think>\n<answer> Tarn </answer>"]
+    assert (demo.answer, demo.n_searches, demo.n_turns) == ("Tarn", 1, 2)  # "Tarn City": unread
+    generator.rules = {"is married to Bo Rask": policy_texts(demo)[1]}  # once it has read
+    generator.default = policy_texts(demo)[0]
+    [replayed] = run_search_agent([PLAIN.question], generator, retriever, max_turns=max_turns,
+                                  topk=1)
+    assert replayed.text == demo.text and replayed.format_errors == 0
+
+
+def test_a_question_whose_answer_was_not_retrieved_is_skipped():
+    unread = QARecord("u2", "Who founded Tarn?", ["Mira Holt"], {})
+    assert build_demonstrations([unread, PLAIN], KeywordRetriever(CORPUS), str, topk=2,
+                                max_turns=2)[0].answer == "Tarn"

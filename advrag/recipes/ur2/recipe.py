@@ -89,6 +89,11 @@ class UR2Recipe(GrpoRecipe):
         super().build(start_model)
         self.summariser = make_summariser(self.config.summary, load_model=load_summary_model)
 
+    def needs_world(self) -> list[str]:
+        """Task mixing's reasoning-only items are the world's reasoning splits."""
+        return (["UR²'s reasoning-only items are the world's reasoning splits: set "
+                 "reasoning_share: 0"] if self.config.reasoning_share else [])
+
     def upstream(self) -> tuple[str, ...]:
         """Curation with the start policy, unless the config trains on uncurated questions."""
         return () if self.config.curate is None else ("curation",)
