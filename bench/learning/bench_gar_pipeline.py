@@ -77,11 +77,16 @@ def seed_configs(config: Path, seed: int, out: Path) -> Path:
 
 
 def scratch_project(cache_dir: Path) -> Path:
-    """``cache_dir/project``: a git worktree of HEAD (made once) where the pipelines run."""
+    """``cache_dir/project``: a git worktree where the pipelines run, moved to this checkout's
+    commit before each seed (its data, index, stores and caches are untracked: they stay)."""
     project = (cache_dir / "project").resolve()
     if not (project / ".git").exists():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(project),
                         "HEAD"], check=True)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "-C", str(project), "checkout", "-q", "--detach", "-f", head],
+                   check=True)
     return project
 
 
@@ -111,7 +116,7 @@ def run_seed(args: argparse.Namespace) -> None:
     result = pipeline(str(config), run_name=f"bench-gar-seed{seed}")
     tracking.configure()
     trained, judge = result["trained"], result["discriminator"]
-    report = {"seed": seed, "wall_s": time.perf_counter() - started,
+    report = {"seed": seed, "commit": tracking.git_commit(), "wall_s": time.perf_counter() - started,
               "pipeline_run": result["run_id"], "rl_run": trained["run_id"],
               "steps_run": trained["steps_run"],
               "benchmarks": {stage: trained[stage] for stage in ("base", *STAGES)
