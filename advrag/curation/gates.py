@@ -75,6 +75,8 @@ _PY_FIXES = {
     "empty_file": "the file has no records; regenerate it or remove it from the inputs",
     "malformed_json": "make each line exactly one JSON object (no trailing commas, "
                       "no line breaks inside a record), or delete the line",
+    "unreadable_file": "a .json QA file holds one JSON array of records; a .parquet file one "
+                       "table of them (or save the records as .jsonl, one a line)",
 }
 
 
@@ -143,6 +145,21 @@ def _short(value: Any) -> str:
 def _py_failure(rule: str, lines: list[int] | None = None,
                 samples: list[str] | None = None) -> GateFailure:
     return GateFailure(rule, lines or [], [], samples or [], _PY_FIXES[rule])
+
+
+def _parse_rows(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], GateFailure | None]:
+    """Numbered rows of a JSON-lines file (``_parse_lines``), or of a QA file in a whole-file
+    format (a JSON array, parquet: row numbers from 1), or the failure saying why it is
+    unreadable."""
+    from advrag.datasets.loaders import read_rows
+    from advrag.datasets.records import DataFormatError
+
+    if path.suffix.lower() not in (".json", ".parquet"):
+        return _parse_lines(path)
+    try:
+        return list(enumerate(read_rows(path), start=1)), None
+    except (DataFormatError, OSError, ValueError) as err:
+        return [], _py_failure("unreadable_file", samples=[_clip(str(err))])
 
 
 def _parse_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], GateFailure | None]:
@@ -269,11 +286,11 @@ def _validate(path: str | os.PathLike[str], name: str, kind: str, rules: tuple[_
     if not source.is_file():
         report.failures.append(_py_failure("missing_file"))
         return report
-    rows, malformed = _parse_lines(source)
+    rows, malformed = _parse_rows(source)
     report.n_rows = len(rows) + (len(malformed.lines) if malformed else 0)
     if malformed:
         report.failures.append(malformed)
-    if report.n_rows == 0:
+    if report.n_rows == 0 and malformed is None:
         report.failures.append(_py_failure("empty_file"))
     if rows:
         report.failures.extend(_run_suite(to_frame(rows), name, rules))

@@ -89,8 +89,9 @@ QA_SUFFIXES = tuple(_ROW_READERS)
 """The QA file formats ``load_qa`` reads."""
 
 
-def _read_rows(path: str | os.PathLike[str], limit: int | None) -> list[dict[str, Any]]:
-    """Dispatch on the file suffix; clear errors for a missing file or odd suffix."""
+def read_rows(path: str | os.PathLike[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """The raw rows of a QA file, by its suffix (``QA_SUFFIXES``); clear errors for a missing
+    file, an odd suffix or a file its format cannot read (``DataFormatError``)."""
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"no data file at {source}; check the path (see docs/datasets.md)")
@@ -163,7 +164,7 @@ def load_qa(path: str | os.PathLike[str], limit: int | None = None) -> list[QARe
     Reads the first ``limit`` rows (all when None). Raises ``FileNotFoundError``
     for a missing file and ``DataFormatError`` naming the row for a bad one.
     """
-    rows = _read_rows(path, limit)
+    rows = read_rows(path, limit)
     return [record_from_row(row, f"{path}:{i + 1}") for i, row in enumerate(rows)]
 
 
@@ -173,7 +174,7 @@ def load_corpus(path: str | os.PathLike[str], limit: int | None = None) -> list[
     Rows given as ``{"id", "title", "text"}`` are joined into ``"title\\ntext"``.
     Raises ``DataFormatError`` naming the row when neither shape fits.
     """
-    return [_passage(row, f"{path}:{i + 1}") for i, row in enumerate(_read_rows(path, limit))]
+    return [_passage(row, f"{path}:{i + 1}") for i, row in enumerate(read_rows(path, limit))]
 
 
 def _passage(row: Mapping[str, Any], where: str) -> dict[str, str]:

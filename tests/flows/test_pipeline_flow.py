@@ -97,3 +97,61 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
     assert second["discriminator"]["run_id"] == first["discriminator"]["run_id"]  # skipped
     assert second["trained"]["run_id"] == first["trained"]["run_id"]  # skipped
     assert second["decision"]["version"] == first["decision"]["version"]
+
+
+MANUAL = [  # a user's corpus, unlike the world's: manual paragraphs, ids of their own, no titles
+    ("m-pump", "The feed pump P-3 draws from tank T-1 through the ball valve V-12."),
+    ("m-valve", "Valve V-12 is closed before maintenance; its rated pressure is 60 bar."),
+    ("m-tank", "Tank T-1 holds 4000 litres of cooling water and is refilled every Monday."),
+    ("m-room", "The control room is staffed by two operators on every shift."),
+    ("m-alarm", "A low-level alarm in tank T-1 stops the feed pump P-3 at once."),
+    ("m-filter", "The strainer S-2 in front of pump P-3 is cleaned every Friday."),
+]
+QUESTIONS = [("Which valve does the feed pump P-3 draw through?", "V-12"),
+             ("What is the rated pressure of valve V-12?", "60 bar"),
+             ("How many litres does tank T-1 hold?", "4000 litres"),
+             ("How many operators staff the control room?", "two"),
+             ("Which alarm stops the feed pump P-3?", "low-level alarm"),
+             ("When is the strainer S-2 cleaned?", "every Friday")]
+
+
+def write_manual(root: Path) -> dict[str, Path]:
+    """The corpus as JSON lines; train as JSON lines, dev as a JSON array, test as parquet."""
+    import json
+
+    import pandas as pd
+
+    root.mkdir()
+    (root / "manual.jsonl").write_text("".join(json.dumps({"id": i, "contents": text}) + "\n"
+                                               for i, text in MANUAL))
+    qa = [{"id": f"hq{n}", "question": q, "golden_answers": [a]}
+          for n, (q, a) in enumerate(QUESTIONS)]
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
+    (root / "dev.json").write_text(json.dumps(qa[:3]))
+    pd.DataFrame(qa[3:]).to_parquet(root / "test.parquet")
+    return {"corpus": root / "manual.jsonl", "train": root / "train.jsonl",
+            "dev": root / "dev.json", "test": root / "test.parquet"}
+
+
+def test_the_pipeline_runs_on_your_own_files_without_a_world(project, tiny_policy_dir):
+    """Gate → DVC-versioned index of your corpus → warm-up from your questions → GAR (its
+    critic untuned: the SFT labels need the world) → benchmark on your test file → promotion."""
+    tiny = tiny_pipeline(project, tiny_policy_dir)
+    recipe = yaml.safe_load(tiny.recipe.read_text()) | {"discriminator": "fixed",
+                                                        "discriminator_sft": False}
+    result = pipeline(PipelineConfig(
+        data={"files": write_manual(project / "mine")},
+        recipe=write(project / "gar-files.yaml", recipe), discriminator=None,
+        promotion=tiny.promotion, experiment=tiny.experiment, cache_dir=tiny.cache_dir))
+
+    assert not (project / "data" / "world").exists()
+    assert sorted(p.name for p in (project / "data" / "files").iterdir()) == [
+        "corpus.jsonl", "dev.jsonl", "test.jsonl", "train.jsonl"]
+    assert yaml.safe_load((project / "params.yaml").read_text())["data"]["corpus"] == \
+        "data/files/corpus.jsonl"
+    chunks = (project / "processed" / "chunks.jsonl").read_text()
+    assert all(f'"{doc_id}' in chunks for doc_id, _ in MANUAL)
+    assert result["trained"]["warmup"]["search_r1/world"]["n"] == 3  # your test file's rows
+    assert result["decision"]["alias"] == CHAMPION and result["discriminator"] is None
+    run = mlflow.get_run(result["run_id"])
+    assert run.data.tags["data.version"] == result["data_version"]

@@ -144,3 +144,23 @@ def test_generated_world_passes_the_gate(tmp_path):
     paths = write_world(generate_world(cfg), tmp_path)
     reports = require_valid([paths["train"], paths["dev"], paths["test"]], [paths["corpus"]])
     assert [r.n_rows for r in reports] == [20, 5, 5, len(generate_world(cfg).passages)]
+
+
+def test_json_array_and_parquet_qa_files_are_gated_by_row(tmp_path):
+    """Your QA files may be a JSON array or parquet (what the loaders read): the same rules,
+    rows numbered from 1; a file its format cannot read is one failure naming the fix."""
+    import pandas as pd
+
+    bad = GOOD_QA + [{"id": "q1", "question": "Again?", "golden_answers": []}]
+    (tmp_path / "qa.json").write_text(json.dumps(bad))
+    pd.DataFrame(bad).to_parquet(tmp_path / "qa.parquet")
+    for name in ("qa.json", "qa.parquet"):
+        report = validate_qa_file(tmp_path / name)
+        assert report.n_rows == 4
+        assert _by_rule(report) == {"duplicate_id": ([1, 4], ["q1", "q1"]),
+                                    "empty_golden_answers": ([4], ["q1"])}
+    pd.DataFrame(GOOD_QA).to_parquet(tmp_path / "good.parquet")
+    assert validate_qa_file(tmp_path / "good.parquet").ok
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps(r) for r in GOOD_QA))
+    [failure] = validate_qa_file(tmp_path / "lines.json").failures
+    assert failure.rule == "unreadable_file" and "one JSON array" in failure.fix
