@@ -469,6 +469,50 @@ def rex_test_table(report: dict) -> Table:
     return ["comparison", "questions", "difference [95% CI]"], rows
 
 
+def gar_table(report: dict) -> Table:
+    """bench/learning/bench_gar_pipeline.py: warm-up vs GAR-trained per seed and pooled (paired
+    on the same held-out questions), and each seed's discriminator on its held-out slices."""
+    rows = []
+    for seed, run in report["seed_runs"].items():
+        test, judge = report["test"]["per_seed"][seed]["all"], run["discriminator"]
+        warm, trained = (report["heldout_results"][f"{stage}-seed{seed}"]["f1"]
+                         for stage in ("warmup", "trained"))
+        rows.append([f"seed {seed}", interval(warm["mean"], warm["ci95"]),
+                     interval(trained["mean"], trained["ci95"]),
+                     interval(test["f1"]["diff"], test["f1"]["ci95"], signed=True),
+                     interval(test["em"]["diff"], test["em"]["ci95"], signed=True),
+                     f"{judge['n']:.0f}", f"{judge['accuracy']:.3f}", f"{judge['f1']:.3f}",
+                     f"{judge['auroc']:.3f}"])
+    pooled = report["test"]["pooled"]["all"]
+    rows.append(["seeds pooled", "", "", interval(pooled["f1"]["diff"], pooled["f1"]["ci95"],
+                                                  signed=True),
+                 interval(pooled["em"]["diff"], pooled["em"]["ci95"], signed=True),
+                 "", "", "", ""])
+    return (["run", "warm-up F1 [95% CI]", "GAR-trained F1", "trained − warm-up F1",
+             "trained − warm-up EM", "held-out slices", "judge accuracy", "judge F1",
+             "judge AUROC"], rows)
+
+
+def gar_by_kind_table(report: dict) -> Table:
+    """bench/learning/bench_gar_pipeline.py: per question kind, the seeds pooled."""
+    pooled = report["test"]["pooled"]
+    return (["question kind", "questions", "warm-up F1", "GAR-trained F1",
+             "trained − warm-up F1 [95% CI]"],
+            [[kind, str(r["f1"]["n"]), f"{r['warmup_f1']:.3f}", f"{r['trained_f1']:.3f}",
+              interval(r["f1"]["diff"], r["f1"]["ci95"], signed=True)]
+             for kind, r in pooled.items() if kind != "all"])
+
+
+def gar_rewards_table(report: dict) -> Table:
+    """bench/learning/bench_gar_pipeline.py: each seed's reward terms over its joint updates."""
+    names = ("R_m", "R_s", "R_d", "R_a")
+    rows = [[f"seed {seed}", str(len(curves["R_m"])),
+             *(f"{v[0]:.2f} → {v[-1]:.2f} ({statistics.mean(v):.2f})" for v in
+               (curves[name] for name in names))]
+            for seed, curves in report["curves"].items()]
+    return ["run", "updates", *(f"{n}: first → last (mean)" for n in names)], rows
+
+
 TABLES: dict[str, Callable[[dict], Table]] = {
     "update": update_table, "trl": trl_table, "cost_growth": cost_growth_table,
     "train": train_table, "attention": attention_table,
@@ -486,6 +530,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
+    "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
 }
 """Kind (``:view``) → its table."""
 
