@@ -469,6 +469,19 @@ def rex_test_table(report: dict) -> Table:
     return ["comparison", "questions", "difference [95% CI]"], rows
 
 
+def embed_memory_table(report: dict) -> Table:
+    """bench/retrieval/bench_embed_memory.py: `advrag embed`'s peak memory as the corpus grows,
+    beside the corpus's and the embeddings' sizes (the last two columns relative to the first
+    run's)."""
+    first = report["runs"][0]
+    return (["passages", "shard", "corpus MiB", "embeddings MiB", "wall s", "peak RSS MiB",
+             "corpus ×", "peak RSS ×"],
+            [[f"{r['passages']:,}", f"{r['shard_size']:,}", num(r["corpus_mib"]),
+              num(r["embeddings_mib"]), num(r["wall_s"]), num(r["peak_rss_mib"]),
+              f"{r['passages'] / first['passages']:.1f}",
+              f"{r['peak_rss_mib'] / first['peak_rss_mib']:.2f}"] for r in report["runs"]])
+
+
 def gar_table(report: dict) -> Table:
     """bench/learning/bench_gar_pipeline.py: warm-up vs GAR-trained per seed and pooled (paired
     on the same held-out questions), and each seed's discriminator on its held-out slices."""
@@ -530,7 +543,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
-    "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
+    "embed_memory": embed_memory_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
 }
 """Kind (``:view``) → its table."""
 
