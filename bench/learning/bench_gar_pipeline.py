@@ -38,9 +38,10 @@ from pathlib import Path
 
 import yaml
 
-from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
+from advrag.core.metrics import bootstrap_ci
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from bench_rex_rag import paired
 from bench_ur2 import write_rows
 from reporting import child_json, write_report
 
@@ -149,12 +150,6 @@ def curves(run_id: str) -> dict[str, list[float]]:
     return {name: [m.value for m in sorted(client.get_metric_history(run_id, key),
                                            key=lambda m: m.step)]
             for name, key in REWARDS.items()}
-
-
-def paired(a: list[float], b: list[float]) -> dict:
-    """a − b on the same questions: mean and 95 % paired-bootstrap interval."""
-    diff, lo, hi = paired_bootstrap_diff_ci(a, b, n_boot=2000)
-    return {"diff": diff, "ci95": [lo, hi], "n": len(a)}
 
 
 def seed_mean(runs: list[list[dict]], key: str) -> list[float]:
