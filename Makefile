@@ -114,6 +114,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/steps/bench_trl.py --cpu-bf16
 	$(PY) bench/steps/bench_trl.py --bf16-only --rollout-backend vllm --out bench/results/trl-vllm.json
 	$(PY) bench/steps/bench_cost_growth.py
+	$(PY) bench/steps/bench_ur2_summary.py --rounds 10
 	$(PY) bench/jobs/bench_demo.py --fresh
 	$(PY) bench/learning/bench_ur2.py
 	$(PY) bench/results_tables.py --readme

@@ -469,6 +469,24 @@ def rex_test_table(report: dict) -> Table:
     return ["comparison", "questions", "difference [95% CI]"], rows
 
 
+def ur2_summary_table(report: dict) -> Table:
+    """bench/steps/bench_ur2_summary.py: one UR² update with LLM summaries and with raw documents,
+    medians of the same rounds; what the summariser answered, summed over its updates."""
+    raw = report["median"]["raw_docs"]["total_s"]
+    rows = []
+    for variant, label in (("summaries", "configs/ur2.yaml (summaries)"),
+                           ("raw_docs", "configs/ur2-raw-docs.yaml")):
+        m, runs = report["median"][variant], report["runs"][variant]
+        answered = "—" if variant == "raw_docs" else ", ".join(
+            f"{sum(r[k] for r in runs)} {label}" for k, label in (
+                ("summaries", "summaries"), ("fallbacks", "fallback messages"),
+                ("raw_fallbacks", "raw documents")))
+        rows.append([label, str(len(runs)), num(m["total_s"]), num(m["rollout_s"]),
+                     num(m["update_s"]), times(m["total_s"] / raw), num(m["searches"]), answered])
+    return (["config", "updates", "step s", "rollout s", "update s", "× raw documents",
+             "searches per rollout", "summariser answered"], rows)
+
+
 def embed_memory_table(report: dict) -> Table:
     """bench/retrieval/bench_embed_memory.py: `advrag embed`'s peak memory as the corpus grows,
     beside the corpus's and the embeddings' sizes (the last two columns relative to the first
@@ -543,12 +561,12 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
-    "embed_memory": embed_memory_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
+    "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
 }
 """Kind (``:view``) → its table."""
 
 UR2_KINDS = (("pooled", "ur2_pooled"), ("arms", "ur2_run"), ("split", "ur2_dev"),
-             ("by_type", "ur2_curation"))
+             ("by_type", "ur2_curation"), ("ratio_total", "ur2_summary"))
 """The UR² reports by the key that tells them apart (checked in this order)."""
 
 
