@@ -19,7 +19,8 @@ def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
     with console.progress("data", 4 if config.dvc_repro else 3, "steps") as bar:
         qa_files, corpus = source_files(config)
         bar.update()
-        data.gate_files([*qa_files, *config.extra_files], [corpus])
+        data.gate_files([*qa_files, *config.extra_files], [corpus], train=qa_files[0],
+                        heldout=qa_files[1:3])
         if config.files is not None:
             data.import_files(config.files, config.dataset_dir)
         data.point_stages_at(config.dataset_dir / "corpus.jsonl")
@@ -36,8 +37,8 @@ def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
 
 
 def source_files(config: DataConfig) -> tuple[list[Path], Path]:
-    """The QA files and the corpus the gate checks: the world's (generated first, with its
-    reasoning splits) or your files as you gave them."""
+    """The QA files (train, dev, test first) and the corpus the gate checks: the world's
+    (generated first, with its reasoning splits) or your files as you gave them."""
     if config.files is not None:
         files = config.files
         return [files.train, files.dev, files.test], files.corpus

@@ -18,11 +18,14 @@ def build_world(section: WorldSection) -> Path:
 
 
 @task
-def gate_files(qa_paths: list[Path], corpus_paths: list[Path]) -> None:
-    """Great Expectations gate: raise with a readable report on any bad file."""
-    from advrag.curation.gates import require_valid
+def gate_files(qa_paths: list[Path], corpus_paths: list[Path], train: Path,
+               heldout: list[Path]) -> None:
+    """Great Expectations gate: raise with a readable report on any bad file, or on a ``train``
+    split that holds a question of the ``heldout`` (dev, test) files."""
+    from advrag.curation.gates import require_unleaked, require_valid
 
     require_valid(qa_paths, corpus_paths)
+    require_unleaked(train, heldout)
 
 
 @task

@@ -34,10 +34,10 @@ def load_discriminator(config: DiscriminatorSFTConfig, base: str) -> tuple:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
 def slice_set(config: DiscriminatorSFTConfig, policy,
               tokenizer) -> tuple[list[dict], list[QARecord], dict[str, float]]:
-    """The labelled slice rows of the training questions, the world's dev/test records, and
+    """The labelled slice rows of the training questions, the dev/test records, and
     the judge's counts (``judge_counts``: slices, labelled, malformed by reason; {} if grounded)."""
     from advrag.curation.demonstrations import build_demonstrations
-    from advrag.curation.gar_data import build_slice_set, read_world_lexicon
+    from advrag.curation.gar_data import build_slice_set, read_lexicon
     from advrag.curation.gar_llm_judge import judge_counts, make_slice_judge
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator
@@ -47,7 +47,7 @@ def slice_set(config: DiscriminatorSFTConfig, policy,
     demos = build_demonstrations(records, load_retriever(config.index_dir, kind="dense"),
                                  HFGenerator(policy.model, tokenizer).chat_prompt,
                                  topk=config.topk, max_turns=config.max_turns)
-    lexicon = read_world_lexicon(config.world_dir)
+    lexicon = read_lexicon(config.world_dir, records)
     judge = make_slice_judge(config.judge, lexicon)
     rows = build_slice_set(records, demos, lexicon,
                            lambda text: len(tokenizer(text, add_special_tokens=False).input_ids),

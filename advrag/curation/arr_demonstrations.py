@@ -3,7 +3,8 @@
 A 135M model speaks neither agent's tag grammar, so every ARR group would
 score the same and GRPO would learn nothing. As for the single agent
 (``curation.demonstrations``), we write demonstrations from the offline
-world's hop chains, here for both roles of the dialogue:
+world's hop chains, here for both roles of the dialogue (a question without a chain, from
+your own files, is one hop that searches the question itself: ``record_chain``):
 
     Reasoner  <think> I need the spouse of Leissti Naperkram. </think>
               <search> Leissti Naperkram spouse </search>
@@ -49,17 +50,38 @@ FINAL_PREDICTOR_MARK = "The rollout text of the reasoner and verifier is:"
 _DOC_LINE = re.compile(r"^Doc (\d+)\(Title: ")
 
 
+def record_chain(record: QARecord) -> list[dict]:
+    """The hops a dialogue follows: the record's chain, or for a question without one (your
+    data) a single hop that searches the question itself for its first golden answer."""
+    chain = record.metadata.get("chain")
+    if chain:
+        return chain
+    return [{"subject": record.question, "relation": "answer",
+             "object": record.golden_answers[0], "query": record.question}]
+
+
+def _sought(hop: dict) -> str:
+    """What a hop asks for, as the messages name it."""
+    if "query" in hop:
+        return "the answer to the question"
+    return f"the {relation_words(hop['relation'])} of {hop['subject']}"
+
+
+def _query(hop: dict) -> str:
+    return hop.get("query") or hop_query(hop)
+
+
 def _need(hop: dict) -> str:
-    return f"I need the {relation_words(hop['relation'])} of {hop['subject']}."
+    return f"I need {_sought(hop)}."
 
 
 def _found(hop: dict) -> str:
-    return f"The {relation_words(hop['relation'])} of {hop['subject']} is {hop['object']}."
+    sought = _sought(hop)
+    return f"{sought[0].upper()}{sought[1:]} is {hop['object']}."
 
 
 def _checked(hop: dict) -> str:
-    return (f"The feedback gives the {relation_words(hop['relation'])} of {hop['subject']}: "
-            f"{hop['object']}.")
+    return f"The feedback gives {_sought(hop)}: {hop['object']}."
 
 
 def reasoner_message(chain: Sequence[dict], done: int, answer: str, *, final: bool) -> str:
@@ -70,7 +92,7 @@ def reasoner_message(chain: Sequence[dict], done: int, answer: str, *, final: bo
         return "\n".join([*parts, f"<think> {facts} </think>", f"<answer> {answer} </answer>"])
     thought = f"{_found(chain[done - 1])} {_need(chain[done])}" if done else _need(chain[0])
     return "\n".join([*parts, f"<think> {thought} </think>",
-                      f"<search> {hop_query(chain[done])} </search>"])
+                      f"<search> {_query(chain[done])} </search>"])
 
 
 def grounded_doc(information: str, hop: dict) -> int | None:
@@ -84,7 +106,7 @@ def grounded_doc(information: str, hop: dict) -> int | None:
 
 def verifier_message(hop: dict, doc: int | None) -> str:
     """The verifier's message for one search step: select the grounding document, restate it."""
-    subject = f"the {relation_words(hop['relation'])} of {hop['subject']}"
+    subject = _sought(hop)
     if doc is None:
         return (f"<verify> No document gives {subject}. </verify>\n"
                 f"<response> The documents do not answer the query for {subject}. </response>")
@@ -109,7 +131,7 @@ class _Scripted:
 
     def _message(self, prompt: str, stop: tuple[str, ...]) -> str:
         record = next(r for r in self.records if r.question in prompt)
-        chain, answer = record.metadata["chain"], record.golden_answers[0]
+        chain, answer = record_chain(record), record.golden_answers[0]
         if stop == VERIFIER_STOP:
             hop = chain[prompt.count(INFO_OPEN) - 1]
             return verifier_message(hop, grounded_doc(prompt.rsplit(INFO_OPEN, 1)[1], hop))
@@ -125,7 +147,7 @@ class _Scripted:
 
 def _kept(dialogue: Dialogue, record: QARecord) -> bool:
     """Every hop grounded in the selected document, the gold answered, nothing malformed."""
-    chain, gold = record.metadata["chain"], record.golden_answers[0]
+    chain, gold = record_chain(record), record.golden_answers[0]
     grounded = len(dialogue.steps) == len(chain) and all(
         step.selected is not None and hop["object"] in step.doc_texts[step.selected]
         for step, hop in zip(dialogue.steps, chain))
@@ -143,9 +165,10 @@ def build_arr_demonstrations(
         chat_prompt: renders a user message with the policy's chat template
             (``TextGenerator.chat_prompt``), so prompts match the rollouts'.
         topk, max_turns: the rollouts' settings; chains of ``max_turns`` hops or
-            more (no turn left to answer) are skipped.
+            more (no turn left to answer) are skipped. A question without a chain
+            searches itself (``record_chain``).
     """
-    usable = [r for r in records if 0 < len(r.metadata.get("chain") or []) < max_turns]
+    usable = [r for r in records if len(record_chain(r)) < max_turns]
     agents = _Scripted(usable, chat_prompt)
     dialogues = run_arr_dialogue([r.question for r in usable], agents, agents, retriever,
                                  max_turns=max_turns, topk=topk, max_new_tokens=1)

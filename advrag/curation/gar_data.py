@@ -41,6 +41,7 @@ from advrag.curation.gar_labels import (
     SliceJudge,
     SliceLabel,
     WorldLexicon,
+    answer_lexicon,
     balance_labels,
     discriminator_prompt,
     grounded_judge,
@@ -61,18 +62,38 @@ def read_world_lexicon(world_dir: str | Path) -> WorldLexicon:
     return world_lexicon(World(WorldConfig(**doc["config"]), entities, [], {}))
 
 
+def read_lexicon(dataset_dir: str | Path, records: Iterable[QARecord]) -> WorldLexicon:
+    """The judge's lexicon: the world's when ``dataset_dir`` holds a generated world (its
+    ``world.json``), else ``answer_lexicon`` of ``records`` (your files: golden answers)."""
+    if (Path(dataset_dir) / "world.json").is_file():
+        return read_world_lexicon(dataset_dir)
+    return answer_lexicon(records)
+
+
+def record_facts(record: QARecord, policy_text: str | None = None) -> list[dict]:
+    """What a corruption may replace: the record's hop chain, or, for a question without one
+    (your data), its golden answers as facts of relation ``"answer"`` — only those
+    ``policy_text`` names, when given."""
+    chain = record.metadata.get("chain")
+    if chain:
+        return chain
+    return [{"subject": record.question, "relation": "answer", "object": answer}
+            for answer in record.golden_answers
+            if policy_text is None or answer in policy_text]
+
+
 def substitutes(lexicon: WorldLexicon, records: Iterable[QARecord]) -> dict[str, list[str]]:
     """Values a corruption may put in, by kind (sorted).
 
-    Entity kinds and text attributes: the lexicon's canonical terms. Numbers:
-    the values the records' chains state, under ``"number:<relation>"``, and
-    all of them under ``"number"``.
+    Entity kinds, text attributes and your data's answers: the lexicon's canonical
+    terms. Numbers: the values the records' facts (``record_facts``) state, under
+    ``"number:<relation>"``, and all of them under ``"number"``.
     """
     pool: dict[str, set[str]] = defaultdict(set)
     for canonical, kind in lexicon.entries.values():
         pool[kind].add(canonical)
     for record in records:
-        for hop in record.metadata.get("chain") or []:
+        for hop in record_facts(record):
             if lexicon.kind(_canonical(lexicon, hop["object"])) == NUMBER:
                 pool[f"{NUMBER}:{hop['relation']}"].add(hop["object"])
                 pool[NUMBER].add(hop["object"])
@@ -85,11 +106,11 @@ def _canonical(lexicon: WorldLexicon, text: str) -> str:
     return found[0] if found else text
 
 
-def replacement(lexicon: WorldLexicon, record: QARecord, hop: dict, pool: dict[str, list[str]],
-                rng: Random) -> str | None:
-    """Another value of the kind of ``hop``'s object, off ``record``'s chain (None: there is none)."""
-    on_chain = {_canonical(lexicon, h[end]) for h in record.metadata["chain"]
-                for end in ("subject", "object")}
+def replacement(lexicon: WorldLexicon, facts: Sequence[dict], hop: dict,
+                pool: dict[str, list[str]], rng: Random) -> str | None:
+    """Another value of the kind of ``hop``'s object, off the question's ``facts`` (None:
+    there is none)."""
+    on_chain = {_canonical(lexicon, h[end]) for h in facts for end in ("subject", "object")}
     kind = lexicon.kind(_canonical(lexicon, hop["object"]))
     keys = [f"{NUMBER}:{hop['relation']}", NUMBER] if kind == NUMBER else [kind]
     for key in keys:
@@ -101,16 +122,17 @@ def replacement(lexicon: WorldLexicon, record: QARecord, hop: dict, pool: dict[s
 
 def corrupted_copy(trajectory: Trajectory, record: QARecord, lexicon: WorldLexicon,
                    pool: dict[str, list[str]], rng: Random) -> Trajectory | None:
-    """A copy of a demonstration with one hop's gold object replaced in the policy's text.
+    """A copy of a demonstration with one fact's gold object (a hop's, or for your data a
+    golden answer) replaced in the policy's text.
 
-    The hop is drawn from ``rng``; None when no substitute exists or the object
-    does not appear in the policy's text.
+    The fact is drawn from ``rng`` (``record_facts``); None when no substitute exists or
+    the object does not appear in the policy's text.
     """
-    chain = record.metadata.get("chain") or []
-    if not chain:
+    facts = record_facts(record, trajectory.policy_text())
+    if not facts:
         return None
-    hop = chain[rng.randrange(len(chain))]
-    wrong = replacement(lexicon, record, hop, pool, rng)
+    hop = facts[rng.randrange(len(facts))]
+    wrong = replacement(lexicon, facts, hop, pool, rng)
     if wrong is None or hop["object"] not in trajectory.policy_text():
         return None
     segments = [Segment(s.text.replace(hop["object"], wrong) if s.source == "policy" else s.text,

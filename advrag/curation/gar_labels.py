@@ -27,6 +27,13 @@ The judge's rules (how this departs from the paper's LLM judge):
 - Known blind spot: a wrong value that happens to co-occur with the subject
   in some retrieved passage sentence passes, as the passages are the world's
   own statements.
+
+On your own data (a corpus and questions with golden answers, no world) the
+same judge runs on ``answer_lexicon``: the checkable terms are the golden
+answers of the questions and numbers, and with no fact chain rule 1 never
+fires; a slice is unsound when it offers another question's answer as the
+answer (rule 2) or names an answer that neither the question, its golden
+answers nor the retrieved passages hold (rule 3).
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ from advrag.datasets.records import QARecord
 from advrag.datasets.world import World
 
 NUMBER = "number"
+ANSWER = "answer"
+"""The kind of a golden answer in ``answer_lexicon`` (your data has no entity kinds)."""
+_ORDINARY_ANSWERS = frozenset({"yes", "no"})
 DISCRIMINATOR_TEMPLATE = (
     "You check one slice of a step-by-step answer to a question. The slice is sound when "
     "every fact it states is correct and it moves toward the answer. Reply in exactly this "
@@ -97,6 +107,20 @@ class WorldLexicon:
             return NUMBER
         entry = self.entries.get(term)
         return entry[1] if entry else None
+
+
+def answer_lexicon(records: Iterable[QARecord]) -> WorldLexicon:
+    """Your data's checkable words, for a corpus and QA files without a world: every golden
+    answer of ``records`` (kind ``"answer"``), so the judge can tell a slice that offers
+    another question's answer, or names one that nothing it read holds. Yes/no answers and
+    answers of one character are left out: they are ordinary words."""
+    entries: dict[str, tuple[str, str]] = {}
+    for record in records:
+        for answer in record.golden_answers:
+            text = answer.strip()
+            if len(text) > 1 and text.lower() not in _ORDINARY_ANSWERS:
+                entries[text] = (text, ANSWER)
+    return WorldLexicon(entries)
 
 
 def world_lexicon(world: World) -> WorldLexicon:

@@ -12,7 +12,8 @@ Rules (the ``rule`` names in a report):
   JSON object) -- plain Python;
 - ``missing_field:<name>``, ``duplicate_id``, ``empty_question``,
   ``empty_golden_answers``, ``bad_golden_answer`` (a non-string or blank
-  answer) for QA files; ``missing_field:<name>``, ``duplicate_id``,
+  answer) for QA files, and for a training split also ``leaked_id`` and
+  ``leaked_question`` (a dev/test question by id or by normalised text); ``missing_field:<name>``, ``duplicate_id``,
   ``empty_passage`` (contents empty or only a title line) for corpora -- GX;
 - for UR²'s curated sets, the QA rules plus ``bad_level``, ``bad_score``
   (outside [0, 1]), ``leaked_id`` and ``leaked_question`` (a dev/test question by
@@ -323,6 +324,44 @@ def validate_curated_file(path: str | os.PathLike[str], *, heldout: Iterable[dic
     return _validate(path, "curated", "curated QA records", rules, _curated_frame)
 
 
+def _leak_rules(id_column: str, held_ids: set[str], held_questions: set[str], where: str,
+                fix: str) -> tuple[_Rule, ...]:
+    """``leaked_id`` and ``leaked_question``: no dev/test question in ``where``, by id (in
+    ``id_column``) or by SQuAD-normalised text."""
+    return (
+        ("leaked_id", "ExpectColumnValuesToNotBeInSet",
+         {"column": id_column, "value_set": sorted(held_ids)}, id_column,
+         f"a dev/test question is in {where}: {fix}"),
+        ("leaked_question", "ExpectColumnValuesToNotBeInSet",
+         {"column": "normalised_question", "value_set": sorted(held_questions)}, "question",
+         f"a dev/test question (same text, another id) is in {where}: remove it"),
+    )
+
+
+def validate_train_file(path: str | os.PathLike[str],
+                        heldout: Iterable[dict[str, Any]]) -> GateReport:
+    """Check a training split against the QA rules and ``leaked_id``/``leaked_question``: no
+    question of ``heldout`` (the dev/test rows) in it, by id or by SQuAD-normalised text."""
+    from advrag.core.metrics import normalize_answer
+
+    held = list(heldout)
+    rules = _QA_RULES + _leak_rules("id", {str(r.get("id")) for r in held},
+                                    {normalize_answer(str(r.get("question") or ""))
+                                     for r in held},
+                                    "the training split", "keep it out of train")
+    return _validate(path, "train", "training QA records", rules, _train_frame)
+
+
+def _train_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
+    """The QA frame plus the normalised question."""
+    from advrag.core.metrics import normalize_answer
+
+    frame = _qa_frame(rows)
+    frame["normalised_question"] = [normalize_answer(str(obj.get("question") or ""))
+                                    for _, obj in rows]
+    return frame
+
+
 def _curated_rules(held_ids: set[str], held_questions: set[str], shares: dict[str, float],
                    tolerance: float) -> tuple[_Rule, ...]:
     """The curated set's own rules, built for one held-out set and one expected ratio."""
@@ -337,12 +376,8 @@ def _curated_rules(held_ids: set[str], held_questions: set[str], shares: dict[st
         ("bad_score", "ExpectColumnValuesToBeBetween",
          {"column": "score", "min_value": 0.0, "max_value": 1.0}, "score",
          "a score is a mean answer metric in [0, 1]; re-run the curation"),
-        ("leaked_id", "ExpectColumnValuesToNotBeInSet",
-         {"column": "id", "value_set": sorted(held_ids)}, "id",
-         "a dev/test question is in the training set: curate from the train split only"),
-        ("leaked_question", "ExpectColumnValuesToNotBeInSet",
-         {"column": "normalised_question", "value_set": sorted(held_questions)}, "question",
-         "a dev/test question (same text, another id) is in the training set: remove it"),
+        *_leak_rules("id", held_ids, held_questions, "the training set",
+                     "curate from the train split only"),
     ]
     for level, share in shares.items():
         rules.append((f"ratio:{level}", "ExpectColumnMeanToBeBetween",
@@ -355,14 +390,11 @@ def _curated_rules(held_ids: set[str], held_questions: set[str], shares: dict[st
 
 def _curated_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
     """The QA frame plus level, score, the normalised question and one 0/1 column per level."""
-    from advrag.core.metrics import normalize_answer
-
-    frame = _qa_frame(rows)
+    frame = _train_frame(rows)
     objs = [obj for _, obj in rows]
     frame["level"] = [obj.get("level") for obj in objs]
     frame["score"] = [obj.get("score") if isinstance(obj.get("score"), (int, float)) else None
                       for obj in objs]
-    frame["normalised_question"] = [normalize_answer(obj.get("question") or "") for obj in objs]
     for level in ("easy", "medium", "hard"):
         frame[f"is_{level}"] = [float(obj.get("level") == level) for obj in objs]
     return frame
@@ -416,12 +448,8 @@ def _slice_rules(held_ids: set[str], held_questions: set[str],
         ("balance", "ExpectColumnMeanToBeBetween",
          {"column": "is_sound", "min_value": 0.5 - tolerance, "max_value": 0.5 + tolerance},
          "sound", "yes and no must be balanced 1:1 (GAR §3): downsample with balance_labels"),
-        ("leaked_id", "ExpectColumnValuesToNotBeInSet",
-         {"column": "question_id", "value_set": sorted(held_ids)}, "question_id",
-         "a dev/test question is in the discriminator's data: build it from the train split"),
-        ("leaked_question", "ExpectColumnValuesToNotBeInSet",
-         {"column": "normalised_question", "value_set": sorted(held_questions)}, "question",
-         "a dev/test question (same text, another id) is in the discriminator's data: remove it"),
+        *_leak_rules("question_id", held_ids, held_questions, "the discriminator's data",
+                     "build it from the train split"),
     ])
 
 
@@ -466,6 +494,20 @@ def require_valid(qa_paths: Iterable[str | os.PathLike[str]] = (),
         raise DataGateError(f"{len(failed)} of {len(reports)} data file(s) failed the data "
                             "gate:\n\n" + "\n\n".join(r.render() for r in reports))
     return reports
+
+
+def require_unleaked(train: str | os.PathLike[str],
+                     heldout: Iterable[str | os.PathLike[str]]) -> GateReport:
+    """Refuse a training split that holds a question of the ``heldout`` files (dev, test):
+    ``DataGateError`` with the report (``validate_train_file``). Run it on files that passed
+    ``require_valid``."""
+    from advrag.datasets.loaders import read_rows
+
+    report = validate_train_file(train, [row for path in heldout for row in read_rows(path)])
+    if not report.ok:
+        raise DataGateError("the training split holds dev/test questions: a model trained on "
+                            "them is scored on what it saw.\n\n" + report.render())
+    return report
 
 
 def _as_list(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Any]:

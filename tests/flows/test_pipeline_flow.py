@@ -16,11 +16,13 @@ import mlflow
 import pytest
 import yaml
 
-from advrag.config import PipelineConfig
+from advrag.config import DataConfig, PipelineConfig
+from advrag.datasets.records import read_jsonl
 from advrag.flows.pipeline import pipeline
 from advrag.ops import dataplane
 from advrag.registry.promotion import CHAMPION
 from advrag.tasks import tracking
+from advrag.tasks.discriminator import slice_set_version
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_WORLD = {"out_dir": "data/world", "seed": 3, "n_train": 8, "n_dev": 4, "n_test": 4,
@@ -113,6 +115,12 @@ QUESTIONS = [("Which valve does the feed pump P-3 draw through?", "V-12"),
              ("How many operators staff the control room?", "two"),
              ("Which alarm stops the feed pump P-3?", "low-level alarm"),
              ("When is the strainer S-2 cleaned?", "every Friday")]
+HELDOUT = [("Through which valve does pump P-3 draw its feed?", "V-12"),  # dev, then test
+           ("What pressure is valve V-12 rated for?", "60 bar"),
+           ("What volume of cooling water does tank T-1 hold?", "4000 litres"),
+           ("How many operators are on each shift in the control room?", "two"),
+           ("What stops pump P-3 when tank T-1 runs low?", "low-level alarm"),
+           ("On which day is strainer S-2 cleaned?", "every Friday")]
 
 
 def write_manual(root: Path) -> dict[str, Path]:
@@ -125,24 +133,21 @@ def write_manual(root: Path) -> dict[str, Path]:
     (root / "manual.jsonl").write_text("".join(json.dumps({"id": i, "contents": text}) + "\n"
                                                for i, text in MANUAL))
     qa = [{"id": f"hq{n}", "question": q, "golden_answers": [a]}
-          for n, (q, a) in enumerate(QUESTIONS)]
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
-    (root / "dev.json").write_text(json.dumps(qa[:3]))
-    pd.DataFrame(qa[3:]).to_parquet(root / "test.parquet")
+          for n, (q, a) in enumerate(QUESTIONS + HELDOUT)]
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa[:6]))
+    (root / "dev.json").write_text(json.dumps(qa[6:9]))
+    pd.DataFrame(qa[9:]).to_parquet(root / "test.parquet")
     return {"corpus": root / "manual.jsonl", "train": root / "train.jsonl",
             "dev": root / "dev.json", "test": root / "test.parquet"}
 
 
 def test_the_pipeline_runs_on_your_own_files_without_a_world(project, tiny_policy_dir):
-    """Gate → DVC-versioned index of your corpus → warm-up from your questions → GAR (its
-    critic untuned: the SFT labels need the world) → benchmark on your test file → promotion."""
+    """Gate → DVC-versioned index of your corpus → warm-up from your questions → discriminator
+    SFT on slices labelled with your golden answers → GAR → benchmark on your test file →
+    promotion."""
     tiny = tiny_pipeline(project, tiny_policy_dir)
-    recipe = yaml.safe_load(tiny.recipe.read_text()) | {"discriminator": "fixed",
-                                                        "discriminator_sft": False}
-    result = pipeline(PipelineConfig(
-        data={"files": write_manual(project / "mine")},
-        recipe=write(project / "gar-files.yaml", recipe), discriminator=None,
-        promotion=tiny.promotion, experiment=tiny.experiment, cache_dir=tiny.cache_dir))
+    result = pipeline(tiny.model_copy(update={"data": DataConfig(files=write_manual(
+        project / "mine"))}))
 
     assert not (project / "data" / "world").exists()
     assert sorted(p.name for p in (project / "data" / "files").iterdir()) == [
@@ -152,6 +157,13 @@ def test_the_pipeline_runs_on_your_own_files_without_a_world(project, tiny_polic
     chunks = (project / "processed" / "chunks.jsonl").read_text()
     assert all(f'"{doc_id}' in chunks for doc_id, _ in MANUAL)
     assert result["trained"]["warmup"]["search_r1/world"]["n"] == 3  # your test file's rows
-    assert result["decision"]["alias"] == CHAMPION and result["discriminator"] is None
+    assert result["decision"]["alias"] == CHAMPION
+    slices = read_jsonl(project / "slices" / "slices.jsonl")
+    assert {r["question_id"] for r in slices} <= {f"hq{n}" for n in range(len(QUESTIONS))}
+    for split in ("train", "heldout"):  # each split balanced 1:1, both labels present
+        labels = [r["sound"] for r in slices if r["split"] == split]
+        assert labels.count(True) == labels.count(False) > 0, split
+    assert result["discriminator"]["slices_version"] == slice_set_version(
+        project / "slices" / "slices.jsonl")
     run = mlflow.get_run(result["run_id"])
     assert run.data.tags["data.version"] == result["data_version"]

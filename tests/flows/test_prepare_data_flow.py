@@ -62,9 +62,12 @@ def write_user_files(root: Path, passages: list[str]) -> dict[str, Path]:
     corpus = root / "kb.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"kb-{i:03d}", "contents": text}) + "\n"
                               for i, text in enumerate(passages)))
-    qa = {"id": "h1", "question": "Which valve does the pump use?", "golden_answers": ["V-12"]}
-    for split in ("train", "dev", "test"):
-        (root / f"{split}.jsonl").write_text(json.dumps(qa) + "\n")
+    qa = {"train": ("h1", "Which valve does the pump use?", "V-12"),
+          "dev": ("h2", "What is valve V-12 rated for?", "60 bar"),
+          "test": ("h3", "How many pumps does the plant have?", "three")}
+    for split, (i, question, answer) in qa.items():
+        row = {"id": i, "question": question, "golden_answers": [answer]}
+        (root / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
     return {"corpus": corpus} | {split: root / f"{split}.jsonl" for split in ("train", "dev", "test")}
 
 
@@ -91,11 +94,17 @@ def test_your_files_are_gated_copied_versioned_and_indexed_without_a_world(prefe
     assert changed["embed:processed/embeddings.npy"] != version["embed:processed/embeddings.npy"]
 
 
-def test_a_bad_file_of_yours_fails_the_gate_before_anything_is_copied(prefect_server, project):
+@pytest.mark.parametrize(("dev_row", "rule"), [
+    ({"id": "h2", "question": "Which valve?", "golden_answers": []}, "empty_golden_answers"),
+    ({"id": "h9", "question": "which valve does the pump use", "golden_answers": ["V-12"]},
+     "leaked_question"),  # train's question again: the dev score would be on what it saw
+])
+def test_a_bad_file_of_yours_fails_the_gate_before_anything_is_copied(prefect_server, project,
+                                                                      dev_row, rule):
     files = write_user_files(project / "mine", PASSAGES)
-    files["dev"].write_text('{"id": "h1", "question": "Which valve?", "golden_answers": []}\n')
+    files["dev"].write_text(json.dumps(dev_row) + "\n")
     params = (project / "params.yaml").read_text()
-    with pytest.raises(DataGateError, match="empty_golden_answers"):
+    with pytest.raises(DataGateError, match=rule):
         prepare_data(DataConfig(files=files))
     assert not (project / "data").exists() and not (project / "processed").exists()
     assert (project / "params.yaml").read_text() == params

@@ -86,15 +86,33 @@ def test_only_grounded_chains_within_the_turn_budget_are_kept():
     retriever = KeywordRetriever(CORPUS)
     records = [UNGROUNDED, NO_CHAIN, TWO_HOP, ONE_HOP]
     kept = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=3)
-    assert [d.question for d in kept] == [TWO_HOP.question, ONE_HOP.question]
-    # n hops need n + 1 reasoner turns (n searches, then the answer)
+    assert [d.question for d in kept] == [NO_CHAIN.question, TWO_HOP.question, ONE_HOP.question]
+    # n hops need n + 1 reasoner turns (n searches, then the answer); no chain is one search
     short = build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=2)
-    assert [d.question for d in short] == [ONE_HOP.question]
+    assert [d.question for d in short] == [NO_CHAIN.question, ONE_HOP.question]
     assert build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=1) == []
     assert len(build_arr_demonstrations(records, retriever, chat, topk=2, max_turns=3,
                                         limit=1)) == 1
     trajectories = demonstration_trajectories(kept)
-    assert len(trajectories) == 6 and trajectories[1] is kept[0].verifier
+    assert len(trajectories) == 9 and trajectories[4] is kept[1].verifier
+
+
+def test_a_question_without_a_chain_searches_itself_for_its_first_answer():
+    (d,) = build_arr_demonstrations([NO_CHAIN], KeywordRetriever(CORPUS), chat, topk=2,
+                                    max_turns=2)
+    assert policy_texts(d.reasoner) == [
+        "<think> I need the answer to the question. </think>\n<search> Name a city. </search>",
+        "<verify> The feedback gives the answer to the question: Breno. </verify>\n"
+        "<think> The answer to the question is Breno. </think>\n<answer> Breno </answer>",
+    ]
+    assert policy_texts(d.verifier)[0] == (
+        "<verify> The query asks for the answer to the question; Doc 1 answers it. </verify>\n"
+        "<selected_doc> Doc 1 </selected_doc>\n"
+        "<response> The answer to the question is Breno. </response>")
+    assert d.reasoner.retrieved_ids == ["p3"]
+    elsewhere = QARecord("q5", "Name a city.", ["Lumo"], {})  # no passage holds the answer
+    assert build_arr_demonstrations([elsewhere], KeywordRetriever(CORPUS), chat, topk=2,
+                                    max_turns=2) == []
 
 
 def test_demonstrations_earn_full_reward_and_credit_the_grounded_response():

@@ -96,10 +96,15 @@ def test_the_dvc_chunk_stage_reads_the_corpus_param():
     assert not any("data/world" in dep for dep in stage["deps"])
 
 
+def test_the_embed_stage_reads_its_device_from_params():
+    embed = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["embed"]
+    assert "--device ${embed.device}" in embed["cmd"]
+    assert yaml.safe_load((ROOT / "params.yaml").read_text())["embed"]["device"] == "cpu"
+
+
 @pytest.mark.parametrize(("recipe", "overrides", "refused"), [
-    ("gar.yaml", {}, "discriminator_sft: false"),
-    ("gar.yaml", {"discriminator_sft": False}, None),
-    ("arr.yaml", {}, "warmup: null"),
+    ("gar.yaml", {}, None),  # its SFT labels your slices with your golden answers
+    ("arr.yaml", {}, None),  # its warm-up dialogues search your questions themselves
     ("ur2.yaml", {}, "reasoning_share: 0"),
     ("ur2.yaml", {"reasoning_share": 0}, None),
     ("train.yaml", {}, None),

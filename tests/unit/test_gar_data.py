@@ -145,10 +145,11 @@ def test_a_number_is_replaced_by_another_value_of_its_relation():
     pool = substitutes(LEXICON, [*years, founded])
     assert pool["number:birth_year"] == ["1901", "1950"] and pool["number"] == ["1649", "1901", "1950"]
     hop = years[0].metadata["chain"][0]
-    assert replacement(LEXICON, years[0], hop, pool, Random(0)) == "1950"
+    assert replacement(LEXICON, years[0].metadata["chain"], hop, pool, Random(0)) == "1950"
     lone = founded.metadata["chain"][0]  # no other founding year: any other number
-    assert replacement(LEXICON, founded, lone, pool, Random(0)) in {"1901", "1950"}
-    assert replacement(LEXICON, founded, lone, {"number": ["1649"]}, Random(0)) is None
+    facts = founded.metadata["chain"]
+    assert replacement(LEXICON, facts, lone, pool, Random(0)) in {"1901", "1950"}
+    assert replacement(LEXICON, facts, lone, {"number": ["1649"]}, Random(0)) is None
 
 
 def test_heldout_questions_takes_a_seeded_share_never_all():

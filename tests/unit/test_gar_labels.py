@@ -214,7 +214,7 @@ def test_a_corrupted_fact_yields_an_unsound_slice(world_demos, hop_index):
     rng, pool = Random(hop_index), substitutes(lexicon, world.splits["train"])
     for demo, record in pairs:
         hop = record.metadata["chain"][hop_index]
-        obj, wrong = hop["object"], replacement(lexicon, record, hop, pool, rng)
+        obj, wrong = hop["object"], replacement(lexicon, record.metadata["chain"], hop, pool, rng)
         corrupted = dataclasses.replace(demo, segments=[
             Segment(s.text.replace(obj, wrong) if s.source == "policy" else s.text, s.source)
             for s in demo.segments])

@@ -9,9 +9,11 @@ import pytest
 from advrag.curation.gates import (
     DataGateError,
     GateReport,
+    require_unleaked,
     require_valid,
     validate_corpus_file,
     validate_qa_file,
+    validate_train_file,
 )
 from advrag.datasets.world import WorldConfig, generate_world, write_world
 
@@ -124,6 +126,21 @@ def test_require_valid_raises_with_every_report(tmp_path, good_files):
     assert message.startswith("1 of 3 data file(s) failed the data gate")
     assert f"[OK]   {qa}" in message and f"[OK]   {corpus}" in message
     assert f"[FAIL] {bad}" in message and "empty_question" in message
+
+
+def test_a_training_split_holding_a_dev_or_test_question_is_refused(tmp_path):
+    held = [{"id": "q2", "question": "Capital of Peru?", "golden_answers": ["Lima"]},
+            {"id": "d1", "question": "Who painted 'Guernica'?", "golden_answers": ["Picasso"]}]
+    train = GOOD_QA + [{"id": "t9", "question": "who painted  Guernica", "golden_answers": ["P"]}]
+    report = validate_train_file(_write(tmp_path / "train.jsonl", train), held)
+    # q2 by id; t9 by its text once normalised (case, punctuation, spaces)
+    assert _by_rule(report) == {"leaked_id": ([2], ["q2"]),
+                                "leaked_question": ([2, 4], ["q2", "t9"])}
+    assert validate_train_file(_write(tmp_path / "clean.jsonl", GOOD_QA[:1]), held).ok
+    dev = _write(tmp_path / "dev.jsonl", held)
+    with pytest.raises(DataGateError, match="holds dev/test questions(.|\n)*leaked_id"):
+        require_unleaked(tmp_path / "train.jsonl", [dev])
+    assert require_unleaked(tmp_path / "clean.jsonl", [dev]).ok
 
 
 def test_require_valid_needs_files():

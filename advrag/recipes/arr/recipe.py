@@ -97,11 +97,6 @@ class ArrRecipe(Recipe):
         self.traces.append(result.traces)
         return result.metrics
 
-    def needs_world(self) -> list[str]:
-        """ARR's warm-up dialogues follow the world's hop chains."""
-        return (["ARR's warm-up dialogues follow the world's hop chains: set warmup: null"]
-                if self.config.warmup is not None else [])
-
     def describe(self, metrics: dict[str, float]) -> str:
         """Both agents' mean reward and the update's seconds."""
         return (f"reward reasoner {metrics['reasoner/reward_mean']:.3f}, verifier "

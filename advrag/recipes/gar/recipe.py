@@ -51,12 +51,6 @@ class GarRecipe(Recipe):
         self.count_tokens = None
         self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
-    def needs_world(self) -> list[str]:
-        """The discriminator SFT's slices are labelled and corrupted with the world's facts."""
-        return (["GAR's discriminator SFT labels and corrupts slices with the world's facts "
-                 "(world.json): set discriminator_sft: false (the base model judges, untuned)"]
-                if "discriminator_sft" in self.upstream() else [])
-
     def upstream(self) -> tuple[str, ...]:
         """The discriminator's SFT, unless the config has no discriminator or an untuned one."""
         c = self.config
