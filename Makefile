@@ -96,6 +96,7 @@ lint: install
 bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/retrieval/bench_retrieval.py --sizes 10000 100000 1000000
 	$(PY) bench/retrieval/bench_embed_memory.py
+	$(PY) bench/retrieval/bench_retrieval_server.py
 	$(PY) bench/rollouts/bench_generation.py
 	$(PY) bench/rollouts/bench_decoding.py --repeats 2 --out bench/results/decoding-base.json
 	$(PY) bench/rollouts/bench_arr_sampling.py

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import typer
 
+from advrag.retrieval.server import LIMIT_HELP, ServerLimits
+
 app = typer.Typer(help="advrag: retrieval-augmented agents trained with adversarial RL.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -270,6 +272,9 @@ def remote(
     typer.echo(f"DVC remote {name!r} → {url}; now `dvc push -r {name}` / `dvc pull -r {name}`")
 
 
+SERVER_LIMITS = ServerLimits()
+
+
 @app.command("serve-retriever")
 def serve_retriever(
     index_dir: Path = typer.Option(Path("processed/index"), help="Index directory to serve."),
@@ -286,12 +291,20 @@ def serve_retriever(
     summary_timeout_s: float | None = typer.Option(None, help="Per-request endpoint limit; "
                                                    "past it, the raw documents are served."),
     summary_cache_dir: Path | None = typer.Option(None, help="Where summaries are cached."),
+    max_queries: int = typer.Option(SERVER_LIMITS.max_queries,
+                                    help=LIMIT_HELP["max_queries"]),
+    max_query_chars: int = typer.Option(SERVER_LIMITS.max_query_chars,
+                                        help=LIMIT_HELP["max_query_chars"]),
+    timeout_s: float = typer.Option(SERVER_LIMITS.timeout_s, help=LIMIT_HELP["timeout_s"]),
+    max_batch_queries: int = typer.Option(SERVER_LIMITS.max_batch_queries,
+                                          help=LIMIT_HELP["max_batch_queries"]),
 ) -> None:
-    """Search-R1-compatible retrieval server (POST /retrieve), optionally summarised (UR²)."""
+    """Search-R1-compatible retrieval server (POST /retrieve, /health, /metrics), batching
+    concurrent requests, optionally summarised (UR²)."""
     from pydantic import ValidationError
 
     from advrag.recipes.ur2.recipe import load_summary_model
-    from advrag.retrieval.server import serve, summary_config
+    from advrag.retrieval.server import ServerLimits, serve, summary_config
 
     try:
         summary = summary_config(
@@ -299,11 +312,12 @@ def serve_retriever(
             max_new_tokens=summary_max_new_tokens, timeout_s=summary_timeout_s,
             cache_dir=summary_cache_dir,
         )
-    except ValidationError as err:
+        limits = ServerLimits(max_queries, max_query_chars, timeout_s, max_batch_queries)
+    except (ValidationError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     serve(index_dir, host=host, port=port, kind=kind, summary=summary,
-          load_model=load_summary_model)
+          load_model=load_summary_model, limits=limits)
 
 
 @app.command("prepare-data")

@@ -487,6 +487,25 @@ def ur2_summary_table(report: dict) -> Table:
              "searches per rollout", "summariser answered"], rows)
 
 
+def retrieval_server_table(report: dict) -> Table:
+    """bench/retrieval/bench_retrieval_server.py: one client and many against the server, with
+    batching on and off; the many clients' speed-up over one, and the big request's answer."""
+    rows = []
+    for setting, r in report["settings"].items():
+        for phase in ("one_client", "many_clients"):
+            m, big = r[phase], r[phase]["big_request"]
+            rows.append([setting, str(m["clients"]), num(m["qps"]),
+                         times(m["qps"] / r["one_client"]["qps"]),
+                         f"{1000 * m['p50_s']:.0f}", f"{1000 * m['p99_s']:.0f}", str(m["errors"]),
+                         "—" if big is None else f"HTTP {big['status']} in {big['seconds']:.2f} s",
+                         num(r["mean_batch_queries"]) if phase == "many_clients" else ""])
+    one = report["in_process_qps_by_batch"]["1"]
+    rows += [[f"no server: a batch of {size}", "", num(qps), times(qps / one), "", "", "", "", size]
+             for size, qps in report["in_process_qps_by_batch"].items()]
+    return (["server", "clients", "queries/s", "× one client", "p50 ms", "p99 ms", "errors",
+             f"{report['big_request_queries']:,}-query request", "mean batch (queries)"], rows)
+
+
 def embed_memory_table(report: dict) -> Table:
     """bench/retrieval/bench_embed_memory.py: `advrag embed`'s peak memory as the corpus grows,
     beside the corpus's and the embeddings' sizes (the last two columns relative to the first
@@ -561,7 +580,8 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
-    "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
+    "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
+    "retrieval_server": retrieval_server_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
 }
 """Kind (``:view``) → its table."""
 

@@ -146,7 +146,8 @@ class DataConfig(Strict):
             return data
         if data.get("world") is not None:
             raise ValueError("give world: (the generated world) or files: (your own data), not "
-                             "both: remove the one you do not mean")
+                             "both: remove the one you do not mean (a config that extends one "
+                             "with world: sets world: null beside its files:)")
         return {**data, "world": None}
 
     @property

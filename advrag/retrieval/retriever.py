@@ -109,18 +109,27 @@ def _passage_of(hit: dict[str, Any]) -> Passage:
 class HttpRetriever:
     """Client of a Search-R1-compatible ``POST /retrieve`` server (e.g. ``advrag.retrieval.server``)."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, max_queries: int | None = None) -> None:
+        """``max_queries``: most queries sent in one request (default: the server's default
+        cap, ``ServerLimits.max_queries``); more are sent in several."""
         import httpx
+
+        from advrag.retrieval.server import ServerLimits
 
         base = url.rstrip("/")
         self.url = base if base.endswith("/retrieve") else f"{base}/retrieve"
+        self.max_queries = max_queries or ServerLimits().max_queries
         self._client = httpx.Client(timeout=timeout)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
-        """Send the queries in one request and parse the scored Search-R1 response."""
+        """Send the queries (``max_queries`` a request) and parse the scored Search-R1 responses."""
         queries = _check_request(queries, k)
-        if not queries:
-            return []
+        step = self.max_queries
+        return [hits for start in range(0, len(queries), step)
+                for hits in self._search_once(queries[start:start + step], k)]
+
+    def _search_once(self, queries: list[str], k: int) -> list[list[Passage]]:
+        """One request's queries → their hits."""
         body = self._post({"queries": queries, "topk": k, "return_scores": True})
         result = body.get("result")
         if not isinstance(result, list) or len(result) != len(queries):

@@ -5,7 +5,7 @@
 defaults to false) and answers ``{"result": [...]}`` with one list per query:
 ``[{"document": {"id", "contents"}, "score": float}, ...]`` when
 ``return_scores`` is true, else ``[{"id", "contents"}, ...]``. ``GET /health``
-answers ``{"status": "ok"}``. Malformed requests get FastAPI's 422 whose
+answers ``{"status": "ok", "queued_queries": n}``. Malformed requests get FastAPI's 422 whose
 ``detail`` names the field and the rule it broke.
 
 With a UR² summariser (``--summarise``, ``advrag.retrieval.summary``) each
@@ -17,23 +17,29 @@ summariser's counts. Search-R1 clients read the summary as a document titled
 "Summary".
 
 Departure from Search-R1: it also accepts an empty ``queries`` list and
-``topk`` ≤ 0; here both are 422s. Searches are serialised with a lock (the
-Hugging Face tokenizer inside the embedder is not safe to share across threads).
+``topk`` ≤ 0; here both are 422s.
 
-Run: ``advrag serve-retriever --index-dir processed/index --port 8000`` or
-``python -m advrag.retrieval.server --index-dir processed/index --port 8000``
-(add ``--summarise [--summary-endpoint http://host:port] ...`` to summarise; a
-local summariser model, no endpoint, only through ``advrag serve-retriever``:
-retrieval imports neither ``models`` nor ``engines``, so the command hands the
-loader in).
+Serving many rollout workers: requests are not served one at a time. Every
+request's queries go on one queue, and a single worker thread (the only one that
+touches the retriever, whose tokenizer is not safe to share across threads) takes
+everything waiting, up to ``max_batch_queries`` queries, and answers it with one
+search per distinct ``topk``: the encoder and FAISS see batches. Limits
+(``ServerLimits``): more than ``max_queries`` queries in one request is a 413,
+a query longer than ``max_query_chars`` characters a 422, both naming the limit
+and before any work; a request still waiting for its answers after
+``timeout_s`` is a 504 (its queries are dropped if no search has started on
+them). ``GET /metrics`` serves Prometheus' text format: requests by path and
+status, request latency, queries searched, batch sizes and the queue's depth.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -48,6 +54,8 @@ if TYPE_CHECKING:
     from advrag.retrieval.summary import LLMSummariser, ModelLoader
 
 DEFAULT_TOPK = 3
+KNOWN_PATHS = ("/retrieve", "/health", "/metrics")
+"""Paths the metrics name; any other is counted as ``other`` (no label per probe URL)."""
 
 
 class RetrieveRequest(BaseModel):
@@ -71,37 +79,165 @@ def _summarised(hits: list[Passage], summary: Summary) -> list[Passage]:
     return hits if summary.kind == "raw" else [Passage("summary", f"Summary\n{summary.text}")]
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask and how long it may wait (module docstring)."""
+
+    max_queries: int = 256
+    """Queries in one request; more is a 413 (split the request)."""
+    max_query_chars: int = 2000
+    """Characters in one query; longer is a 422."""
+    timeout_s: float = 30.0
+    """Seconds a request may wait for its answers; longer is a 504."""
+    max_batch_queries: int = 512
+    """Queries the encoder and FAISS see at once."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_queries", "max_query_chars", "max_batch_queries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+
+class _Metrics:
+    """The server's Prometheus metrics, in a registry of its own (one per app)."""
+
+    def __init__(self, queued: Callable[[], int]) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("advrag_retrieval_requests", "HTTP requests by path and status",
+                                ["path", "status"], registry=self.registry)
+        self.latency = Histogram("advrag_retrieval_request_seconds", "Request latency by path",
+                                 ["path"], registry=self.registry,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                          10, 30))
+        self.queries = Counter("advrag_retrieval_queries", "Queries searched",
+                               registry=self.registry)
+        self.batches = Histogram("advrag_retrieval_batch_queries", "Queries per search batch",
+                                 registry=self.registry,
+                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+        Gauge("advrag_retrieval_queued_queries", "Queries waiting for a search",
+              registry=self.registry).set_function(queued)
+
+    def searched(self, queries: int) -> None:
+        """One batch of ``queries`` searched."""
+        self.queries.inc(queries)
+        self.batches.observe(queries)
+
+    def text(self) -> tuple[bytes, str]:
+        """The exposition and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _too_long(queries: Sequence[str], limit: int) -> list[dict[str, Any]]:
+    """FastAPI-shaped 422 details for each query longer than ``limit`` characters."""
+    return [{"loc": ["body", "queries", i], "type": "string_too_long",
+             "msg": f"query {i} has {len(q)} characters; the limit is {limit} (--max-query-chars)"}
+            for i, q in enumerate(queries) if len(q) > limit]
+
+
 def create_app(
-    retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: LLMSummariser | None = None
+    retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: LLMSummariser | None = None,
+    limits: ServerLimits = ServerLimits(),
 ) -> FastAPI:
-    """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``, ``/health``."""
-    from fastapi import FastAPI
+    """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``,
+    ``/health`` and ``/metrics``, searching in batches within ``limits``."""
+    import asyncio
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, HTTPException, Response
+
+    from advrag.retrieval.batching import BatchingSearcher
 
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}.")
-    app = FastAPI(title="advrag retrieval server")
-    lock = threading.Lock()
+    searcher: BatchingSearcher | None = None
+    metrics = _Metrics(lambda: searcher.queued_queries if searcher else 0)
+    searcher = BatchingSearcher(retriever, max_batch_queries=limits.max_batch_queries,
+                                summariser=summariser, on_batch=metrics.searched)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        searcher.close()
+
+    app = FastAPI(title="advrag retrieval server", lifespan=lifespan)
+    app.add_middleware(_Measured, metrics=metrics)
 
     @app.get("/health", response_model=None)
     def health() -> dict[str, Any]:
         """Liveness probe: answers once the retriever is loaded (with the summariser's counts)."""
+        status = {"status": "ok", "queued_queries": searcher.queued_queries}
         if summariser is None:
-            return {"status": "ok"}
-        return {"status": "ok", "summaries": summariser.stats.as_dict()}
+            return status
+        return status | {"summaries": summariser.stats.as_dict()}
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        """Prometheus' text format: requests, latency, queries, batch sizes, queue depth."""
+        body, content_type = metrics.text()
+        return Response(body, media_type=content_type)
 
     @app.post("/retrieve", response_model=None)
-    def retrieve(request: RetrieveRequest) -> dict[str, list[Any]]:
+    async def retrieve(request: RetrieveRequest) -> Response:
         """Top-k passages (or their summary) for each query, in Search-R1's response shape."""
-        with lock:
-            results = retriever.search(request.queries, request.topk or default_topk)
-            summaries = summariser and summariser.summarise(list(zip(request.queries, results)))
+        if len(request.queries) > limits.max_queries:
+            raise HTTPException(413, f"{len(request.queries)} queries in one request; the limit "
+                                f"is {limits.max_queries} (--max-queries): split the request")
+        if too_long := _too_long(request.queries, limits.max_query_chars):
+            raise HTTPException(422, too_long)
+        future = searcher.submit(request.queries, request.topk or default_topk)
+        try:
+            results, summaries = await asyncio.wait_for(asyncio.wrap_future(future),
+                                                        limits.timeout_s)
+        except TimeoutError:
+            raise HTTPException(504, f"no answer within {limits.timeout_s:g} s (--timeout-s): "
+                                "the server is overloaded; retry, or add servers") from None
         if summaries is None:
-            return {"result": [_format_hits(hits, request.return_scores) for hits in results]}
+            return _json({"result": [_format_hits(hits, request.return_scores)
+                                     for hits in results]})
         served = [_summarised(hits, s) for hits, s in zip(results, summaries)]
-        return {"result": [_format_hits(hits, request.return_scores) for hits in served],
-                "summaries": [s.kind for s in summaries]}
+        return _json({"result": [_format_hits(hits, request.return_scores) for hits in served],
+                      "summaries": [s.kind for s in summaries]})
 
     return app
+
+
+def _json(body: dict[str, Any]):
+    """``body`` as a JSON response, encoded once (FastAPI's encoder walks every passage first)."""
+    from fastapi import Response
+
+    return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+
+
+class _Measured:
+    """ASGI middleware: every HTTP request's status and latency into ``metrics`` (a plain ASGI
+    wrapper: Starlette's ``@app.middleware`` costs a task per request)."""
+
+    def __init__(self, app, metrics: _Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+            self.metrics.requests.labels(path, str(status[0])).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
 def serve(
@@ -112,9 +248,11 @@ def serve(
     default_topk: int = DEFAULT_TOPK,
     summary: SummaryConfig | None = None,
     load_model: ModelLoader | None = None,
+    limits: ServerLimits = ServerLimits(),
 ) -> None:
     """Load the retriever in ``index_dir`` and serve it with uvicorn until interrupted.
 
+    ``limits``: request caps, the wait before a 504 and the batch size (``ServerLimits``);
     ``summary``: UR²'s summariser settings (None or ``summarise: false`` = raw documents);
     ``load_model``: how a local summariser model is loaded (``make_summariser``; the
     ``advrag serve-retriever`` command passes UR²'s, ``main`` none: endpoints only).
@@ -131,7 +269,7 @@ def serve(
 
     summariser = make_summariser(summary, load_model=load_model) if summary is not None else None
     app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
-                     summariser=summariser)
+                     summariser=summariser, limits=limits)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 
@@ -157,6 +295,24 @@ def _add_summary_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=f"summary_{name}", help=fields[name].description)
 
 
+LIMIT_HELP = {
+    "max_queries": "most queries in one request (more: HTTP 413)",
+    "max_query_chars": "most characters in one query (longer: HTTP 422)",
+    "timeout_s": "seconds a request may wait for its answers (longer: HTTP 504)",
+    "max_batch_queries": "most queries the encoder and FAISS see at once",
+}
+"""``ServerLimits`` fields the command lines expose, with their help."""
+
+
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """``--max-queries`` … ``--max-batch-queries``, defaulting to ``ServerLimits``'."""
+    defaults = ServerLimits()
+    for name, help_text in LIMIT_HELP.items():
+        default = getattr(defaults, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=f"{help_text} (default {default})")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: ``python -m advrag.retrieval.server --index-dir DIR [--kind bm25] [--port N]``."""
     parser = argparse.ArgumentParser(description="Search-R1-compatible retrieval server.")
@@ -168,13 +324,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--topk", type=int, default=DEFAULT_TOPK, help="default when a request has none"
     )
     _add_summary_options(parser)
+    _add_limit_options(parser)
     args = parser.parse_args(argv)
     if args.summarise and args.summary_endpoint is None:
         parser.error("--summarise without --summary-endpoint loads a local model, which this "
                      "module does not: run `advrag serve-retriever` (same options)")
     options = {name: getattr(args, f"summary_{name}") for name in SUMMARY_OPTIONS}
+    try:
+        limits = ServerLimits(**{name: getattr(args, name) for name in LIMIT_HELP})
+    except ValueError as err:
+        parser.error(str(err))
     serve(args.index_dir, host=args.host, port=args.port, kind=args.kind, default_topk=args.topk,
-          summary=summary_config(args.summarise, **options))
+          summary=summary_config(args.summarise, **options), limits=limits)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from advrag.config import ConfigError, DataConfig, PipelineConfig
+from advrag.config import ConfigError, DataConfig, PipelineConfig, load_config
 from advrag.ops import dataplane
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +43,19 @@ def test_world_and_files_together_or_neither_fail_naming_the_fix(tmp_path):
         DataConfig(world={"seed": 1}, files=files)
     with pytest.raises(ValueError, match="world: null needs files:"):
         DataConfig(world=None)
+
+
+def test_a_config_extending_one_with_the_world_swaps_it_for_your_files(tmp_path):
+    files = {k: str(v) for k, v in user_files(tmp_path).items()}
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"extends": str(ROOT / "configs" / "pipeline-demo.yaml"),
+                                    "data": {"files": files}}))
+    with pytest.raises(ConfigError, match="not both.*sets world: null beside its files:"):
+        load_config(mine, PipelineConfig)
+    mine.write_text(yaml.safe_dump({"extends": str(ROOT / "configs" / "pipeline-demo.yaml"),
+                                    "data": {"world": None, "files": files}}))
+    config = load_config(mine, PipelineConfig)
+    assert config.data.world is None and config.data.files.train == Path(files["train"])
 
 
 @pytest.mark.parametrize(("split", "name", "message"), [

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ from advrag.retrieval.retriever import (
     RetrieverUnavailableError,
     read_passages,
 )
-from advrag.retrieval.server import create_app
+from advrag.retrieval.server import ServerLimits, create_app
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see advrag/retrieval/index.py
 pytestmark = pytest.mark.slow
@@ -59,29 +60,104 @@ def local(index_dir) -> BM25Retriever:
     return BM25Retriever(BM25Index.load(index_dir), read_passages(index_dir / "passages.jsonl"))
 
 
-@pytest.fixture(scope="module")
-def url(local):
-    """A uvicorn server in a thread, serving the BM25 retriever with default topk 2."""
+@contextmanager
+def running(app):
+    """``app`` served by uvicorn in a thread on a free loopback port; its base URL."""
     import uvicorn
 
     port = free_port()
-    config = uvicorn.Config(
-        create_app(local, default_topk=2), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start within 15 s"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def url(local):
+    """The BM25 retriever served with default topk 2 and small limits: 4 queries a request,
+    40 characters a query."""
+    with running(create_app(local, default_topk=2,
+                            limits=ServerLimits(max_queries=4, max_query_chars=40))) as base:
+        yield base
 
 
 def test_health(url):
-    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/health").json() == {"status": "ok", "queued_queries": 0}
+
+
+def test_too_many_queries_is_a_413_naming_the_limit_before_any_search(url):
+    response = httpx.post(f"{url}/retrieve", json={"queries": ["loom"] * 5})
+    assert response.status_code == 413
+    assert response.json()["detail"] == ("5 queries in one request; the limit is 4 "
+                                         "(--max-queries): split the request")
+
+
+def test_a_query_too_long_is_a_422_naming_it_and_the_limit(url):
+    response = httpx.post(f"{url}/retrieve", json={"queries": ["loom", "x" * 41]})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "queries", 1]
+    assert error["msg"] == "query 1 has 41 characters; the limit is 40 (--max-query-chars)"
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["x" * 40]}).status_code == 200
+
+
+def test_the_client_splits_what_the_server_caps(url, local):
+    queries = ["loom", "orrery", "library", "bridge", "moons", "maps", "sailcloth", "salt",
+               "Vantry"]  # 9 queries: three requests of at most 4
+    with HttpRetriever(url, max_queries=4) as remote:
+        assert remote.search(queries, 2) == local.search(queries, 2)
+    text = httpx.get(f"{url}/metrics").text
+    assert 'advrag_retrieval_requests_total{path="/retrieve",status="200"}' in text
+
+
+def test_metrics_count_requests_queries_and_batches(local):
+    with running(create_app(local)) as base:
+        for queries in (["loom"], ["maps", "moons"]):
+            httpx.post(f"{base}/retrieve", json={"queries": queries})
+        httpx.post(f"{base}/retrieve", json={"queries": []})  # a 422
+        metrics = parse_metrics(httpx.get(f"{base}/metrics").text)
+    assert metrics['advrag_retrieval_requests_total{path="/retrieve",status="200"}'] == 2
+    assert metrics['advrag_retrieval_requests_total{path="/retrieve",status="422"}'] == 1
+    assert metrics["advrag_retrieval_queries_total"] == 3
+    assert metrics["advrag_retrieval_batch_queries_count"] == 2  # one batch per request here
+    assert metrics['advrag_retrieval_batch_queries_bucket{le="1.0"}'] == 1
+    assert metrics['advrag_retrieval_batch_queries_bucket{le="2.0"}'] == 2
+    assert metrics['advrag_retrieval_request_seconds_count{path="/retrieve"}'] == 3
+    assert metrics["advrag_retrieval_queued_queries"] == 0
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus' text format → sample name with labels → value."""
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+class Slow:
+    """A retriever that takes ``seconds`` a search."""
+
+    def __init__(self, inner, seconds: float):
+        self.inner, self.seconds = inner, seconds
+
+    def search(self, queries, k):
+        time.sleep(self.seconds)
+        return self.inner.search(queries, k)
+
+
+def test_a_request_waiting_past_the_timeout_is_a_504(local):
+    app = create_app(Slow(local, 1.0), limits=ServerLimits(timeout_s=0.2))
+    with running(app) as base:
+        started = time.monotonic()
+        response = httpx.post(f"{base}/retrieve", json={"queries": ["loom"]})
+        assert response.status_code == 504 and time.monotonic() - started < 0.9
+        assert "no answer within 0.2 s (--timeout-s)" in response.json()["detail"]
 
 
 def test_retrieve_with_scores_has_search_r1_shape(url, local):
@@ -165,3 +241,13 @@ def test_server_command_line_serves_an_index_dir(index_dir):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_bad_limit_on_the_command_line_is_one_error_line():
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+
+    result = CliRunner().invoke(app, ["serve-retriever", "--max-queries", "0"])
+    assert result.exit_code == 2
+    assert "max_queries must be >= 1, got 0" in result.output
