@@ -331,6 +331,6 @@ def test_server_serves_summaries_in_search_r1_shape():
 
 def test_server_without_summariser_is_unchanged():
     client = TestClient(create_app(KeywordRetriever(CORPUS), default_topk=1))
-    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/health").json() == {"status": "ok", "queued_queries": 0}
     body = client.post("/retrieve", json={"queries": ["Hamlet"]}).json()
     assert body == {"result": [[{"id": "p1", "contents": CORPUS[0].contents}]]}
