@@ -424,13 +424,18 @@ def policy_hash(
     atomic_write_text(out, [policy_fingerprint(resolve_model_dir(cfg.model)), "\n"])
 
 
+WORLD_DIR_HELP = ("The QA splits to read in place of the config's world_dir: the world's or "
+                  "your files' (data/files); dvc.yaml passes params.yaml's data.dir.")
+
+
 @app.command()
 def curate(
     config: Path = typer.Option(Path("configs/ur2.yaml"), help="A UR² config (its curate section)."),
     policy: str | None = typer.Option(None, help="Policy to roll out (default: the config's model)."),
+    world_dir: Path | None = typer.Option(None, help=WORLD_DIR_HELP),
 ) -> None:
     """Flow: UR² difficulty curation — k rollouts per question, levels, a 7:2:1 sample (resumable)."""
-    cfg = load(config, "ur2")
+    cfg = load(config, "ur2", world_dir and {"world_dir": str(world_dir)})
     if cfg.curate is None:
         typer.echo(f"error: {config}: curate: is null — give a curate section to curate", err=True)
         raise typer.Exit(2)
@@ -456,9 +461,10 @@ def gar_slices(
     config: Path = typer.Option(Path("configs/discriminator.yaml"), help="A discriminator SFT config."),
     base: str | None = typer.Option(None, help="Model whose tokenizer and chat template cut the "
                                     "slices (default: the config's model)."),
+    world_dir: Path | None = typer.Option(None, help=WORLD_DIR_HELP),
 ) -> None:
     """Flow: the discriminator's slice set alone (labelled, balanced 1:1, gated) — DVC stage gar-slices."""
-    cfg = load(config, "discriminator")
+    cfg = load(config, "discriminator", world_dir and {"world_dir": str(world_dir)})
     from advrag.flows.discriminator_sft import gar_slices as flow
 
     result = flow(cfg, base=base)

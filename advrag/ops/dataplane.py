@@ -115,23 +115,35 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-CORPUS_PARAM = re.compile(r"^(data:[ \t]*\n  corpus:[ \t]*)(\S+)(.*)$", re.M)
-"""``params.yaml``'s ``data.corpus`` line (the first of its ``data:`` section): the corpus the
-chunk stage reads."""
+DATA_PARAMS = ("corpus", "dir")
+"""``params.yaml``'s ``data:`` keys the pipeline sets: the corpus the chunk stage reads, and the
+directory of the QA splits the curate and gar-slices stages read."""
+
+
+def _data_param(key: str) -> re.Pattern[str]:
+    """The ``  key: VALUE`` line of ``params.yaml``'s ``data:`` section (its indented block)."""
+    return re.compile(rf"^(data:[ \t]*\n(?:  .*\n)*?  {key}:[ \t]*)(\S+)(.*)$", re.M)
 
 
 def point_stages_at(corpus: Path, root: Path = Path(".")) -> bool:
-    """Set ``data.corpus`` in ``root/params.yaml`` to ``corpus`` (the world's or your files'),
-    so `dvc repro` chunks it; the rest of the file is left as written. True when it changed."""
+    """Set ``data.corpus`` in ``root/params.yaml`` to ``corpus`` and ``data.dir`` to its
+    directory (the world's or your files'), so `dvc repro` chunks that corpus and the curate
+    and gar-slices stages read those splits; the rest of the file is left as written. True when
+    it changed."""
     params = root / "params.yaml"
     text = params.read_text()
-    current = (yaml.safe_load(text) or {}).get("data", {}).get("corpus")
-    if current is None or not CORPUS_PARAM.search(text):
-        raise DvcError(f"{params.resolve()} has no data.corpus line ('data:', then '  corpus: "
-                       "PATH' on the next line), the corpus dvc.yaml's chunk stage reads: add it")
-    if current == str(corpus):
+    values = {"corpus": str(corpus), "dir": str(corpus.parent)}
+    current = (yaml.safe_load(text) or {}).get("data", {})
+    for key in DATA_PARAMS:
+        if current.get(key) is None or not _data_param(key).search(text):
+            raise DvcError(f"{params.resolve()} has no data.{key} line (under 'data:', "
+                           f"'  {key}: PATH'), which dvc.yaml's stages read: add it")
+    if all(current[key] == values[key] for key in DATA_PARAMS):
         return False
-    params.write_text(CORPUS_PARAM.sub(lambda m: f"{m[1]}{corpus}{m[3]}", text, count=1))
+    for key in DATA_PARAMS:
+        text = _data_param(key).sub(lambda m, key=key: f"{m[1]}{values[key]}{m[3]}", text,
+                                    count=1)
+    params.write_text(text)
     return True
 
 

@@ -95,18 +95,41 @@ def test_the_chunk_stage_is_pointed_at_the_corpus_in_params_yaml(tmp_path):
     before = (tmp_path / "params.yaml").read_text()
     assert dataplane.point_stages_at(Path("data/files/corpus.jsonl"), tmp_path)
     after = (tmp_path / "params.yaml").read_text()
-    assert yaml.safe_load(after)["data"]["corpus"] == "data/files/corpus.jsonl"
+    assert yaml.safe_load(after)["data"] == {"corpus": "data/files/corpus.jsonl",
+                                             "dir": "data/files"}
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
-    assert len(changed) == 1 and changed[0][1].startswith("  corpus: data/files/corpus.jsonl #")
+    assert [b.split("#")[0].rstrip() for _, b in changed] == [
+        "  corpus: data/files/corpus.jsonl", "  dir: data/files"]  # their comments kept
     (tmp_path / "params.yaml").write_text("chunk: {max_words: 128}\n")
     with pytest.raises(dataplane.DvcError, match="no data.corpus line"):
         dataplane.point_stages_at(Path("data/files/corpus.jsonl"), tmp_path)
 
 
-def test_the_dvc_chunk_stage_reads_the_corpus_param():
-    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["chunk"]
-    assert "${data.corpus}" in stage["cmd"] and "${data.corpus}" in stage["deps"]
-    assert not any("data/world" in dep for dep in stage["deps"])
+def test_the_dvc_stages_read_the_data_params_and_none_names_the_world():
+    text = (ROOT / "dvc.yaml").read_text()
+    stages = yaml.safe_load(text)["stages"]
+    assert "${data.corpus}" in stages["chunk"]["cmd"] and "${data.corpus}" in stages["chunk"]["deps"]
+    for name in ("curate", "gar-slices"):
+        assert stages[name]["cmd"].endswith("--world-dir ${data.dir}")
+        assert "${data.dir}" in stages[name]["deps"]
+    assert "data/world" not in "".join(line.split("#")[0] for line in text.splitlines())
+
+
+@pytest.mark.parametrize(("command", "kind"), [("curate", "ur2"), ("gar-slices", "discriminator")])
+def test_the_world_dir_option_replaces_the_configs(monkeypatch, command, kind):
+    from typer.testing import CliRunner
+
+    from advrag import cli
+
+    seen = {}
+
+    def load(path, model_kind, overrides=None):
+        seen[model_kind] = overrides
+        raise SystemExit(0)  # stop before any flow runs
+
+    monkeypatch.setattr(cli, "load", load)
+    CliRunner().invoke(cli.app, [command, "--world-dir", "data/files"])
+    assert seen == {kind: {"world_dir": "data/files"}}
 
 
 def test_the_embed_stage_reads_its_device_from_params():
