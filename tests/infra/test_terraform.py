@@ -563,6 +563,10 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
         assert 'git clone --quiet "https://github.com/example/advrag.git"' in bootstrap
         assert 'checkout --quiet "v0.1.0"' in bootstrap
         assert "pip install --quiet -e '/opt/advrag/src[gpu]'" in bootstrap
+        swap = ["pip install --quiet -e '/opt/advrag/src[gpu]'",
+                "pip uninstall --quiet --yes faiss-cpu",
+                "pip install --quiet 'faiss-gpu-cu12==1.14.1.post1'"]  # one FAISS, the GPU one
+        assert [bootstrap.index(step) for step in swap] == sorted(bootstrap.index(s) for s in swap)
         assert "systemctl enable --now prefect-worker.service" in bootstrap
     else:
         env = files["/etc/mlflow/mlflow.env"]

@@ -490,3 +490,27 @@ def test_a_work_file_of_another_job_is_not_resumed(tmp_path, minilm, corpus):
     again = ShardCounter(minilm)  # a finished file leaves no record: a rerun starts afresh
     embed_corpus_file(chunks, out, again, block_size=25, progress=False)
     assert len(again.shards) == 2
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_without_a_gpu_faiss_the_index_builds_and_searches_on_the_cpu(tmp_path, kind):
+    """The GPU path's fallback: faiss-cpu has no GPU, so ``gpu=None`` (the default) builds a
+    CPU index that answers as ``gpu=False`` does; ``gpu=True`` is refused naming faiss-gpu."""
+    import faiss
+
+    assert faiss.get_num_gpus() == 0  # this machine: faiss-cpu
+    vectors = np.random.default_rng(0).normal(size=(400, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    params = {"nlist": 4} if kind == "ivf" else {}
+    default = build_index(vectors, kind, progress=False, **params)
+    cpu = build_index(vectors, kind, gpu=False, progress=False, **params)
+    assert default.gpu_resources is None
+    assert [a.tolist() for a in default.search(vectors[:5], 3)] == \
+        [a.tolist() for a in cpu.search(vectors[:5], 3)]
+    save_index(default, tmp_path / kind)
+    loaded = load_index(tmp_path / kind)  # gpu=None again: on the CPU here
+    assert loaded.gpu_resources is None
+    with pytest.raises(RuntimeError, match="install faiss-gpu"):
+        build_index(vectors, kind, gpu=True, progress=False, **params)
+    with pytest.raises(RuntimeError, match="install faiss-gpu"):
+        load_index(tmp_path / kind, gpu=True)
