@@ -22,7 +22,9 @@ token-mean is per rank where verl's is over the global batch. Rollout correction
 (``rollout_is_weights``) are refused: REX-RAG's correction reaches the loss through the
 old log-probs instead.
 
-Only this module imports verl; the rest of advrag runs without it (``make verl``
+Rewards: ``advrag.engines.verl.rewards`` (verl's ``reward.custom_reward_function``).
+
+Only this package imports verl; the rest of advrag runs without it (``make verl``
 installs it on a CPU for the tests).
 """
 
