@@ -1,0 +1,157 @@
+"""advrag's Search-R1 agent loop inside verl: a stand-in for verl's server manager plays a
+scripted policy in tokens, advrag's real retrieval server answers the searches, and the
+episode is the local loop's, token for token, with only the policy's tokens in the mask."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from fakes import ScriptedGenerator, cut_after_stop
+
+pytest.importorskip("verl", reason="verl is not installed here: run `make verl`")
+
+from omegaconf import OmegaConf  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from advrag.agents.search_loop import run_search_agent  # noqa: E402
+from advrag.engines.verl.agent_loop import SearchR1AgentLoop  # noqa: E402
+from advrag.engines.verl.rewards import response_trajectory, search_r1_score  # noqa: E402
+from advrag.retrieval.bm25 import BM25Index, build_bm25_dir  # noqa: E402
+from advrag.retrieval.retriever import BM25Retriever, read_passages  # noqa: E402
+from advrag.retrieval.server import create_app  # noqa: E402
+
+DOCS = [{"id": "p1", "contents": "Hamlet\nHamlet is a tragedy written by William Shakespeare."},
+        {"id": "p2", "contents": "Paris\nParis is the capital of France."}]
+SCRIPT = {  # the first rule the context contains: later turns' keys first
+    "</information>": "<answer> William Shakespeare </answer>",
+    "Who wrote Hamlet?<|im_end|>": "<think> I need the author </think><search> Hamlet "
+                                   "tragedy </search> then more",
+    "capital of France?": "I am not sure.",
+}
+
+
+class StandInServers:
+    """verl's server manager, played by the scripted policy: decodes the context, continues it
+    with the first matching rule, cut after the request's stop strings, as tokens."""
+
+    def __init__(self, tokenizer, rules):
+        self.tokenizer, self.policy, self.requests = tokenizer, ScriptedGenerator(rules), []
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **_):
+        self.requests.append(dict(sampling_params))
+        context = self.tokenizer.decode(prompt_ids)
+        text = cut_after_stop(self.policy._pick(context), sampling_params["stop"])
+        return TokenOutput(token_ids=self.tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bm25")
+    (directory / "chunks.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    build_bm25_dir(directory / "chunks.jsonl", directory / "index", progress=False)
+    return BM25Retriever(BM25Index.load(directory / "index"),
+                         read_passages(directory / "index" / "passages.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def server_url(retriever):
+    import socket
+
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(retriever), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_policy_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_policy_dir)
+
+
+def episode(tokenizer, url, question, max_turns=2, response_length=2048):
+    servers = StandInServers(tokenizer, SCRIPT)
+
+    async def run():  # verl builds each loop inside its worker's event loop
+        loop = SearchR1AgentLoop(
+            trainer_config=DictConfigWrap(OmegaConf.create({"actor_rollout_ref": {"rollout": {
+                "prompt_length": 1024, "response_length": response_length}}})),
+            server_manager=servers, tokenizer=tokenizer, processor=None, dataset_cls=None,
+            data_config=DictConfigWrap(OmegaConf.create({})), retriever_url=url,
+            max_turns=max_turns, topk=1)
+        return await loop.run({"temperature": 1.0},
+                              raw_prompt=[{"role": "user", "content": question}])
+
+    return asyncio.run(run()), servers
+
+
+def local_episode(tokenizer, retriever, question, max_turns=2):
+    """The local loop on the same policy and retriever: its response's segments."""
+    class Chat(ScriptedGenerator):
+        def chat_prompt(self, user, system=None):
+            return tokenizer.apply_chat_template([{"role": "user", "content": user}],
+                                                 tokenize=False, add_generation_prompt=True)
+
+    (trajectory,) = run_search_agent([question], Chat(SCRIPT), retriever, max_turns=max_turns,
+                                     topk=1, prompt=lambda q: q)
+    runs: list[tuple[str, str]] = []  # adjacent segments of one source joined, as in a mask
+    for segment in trajectory.segments[1:]:
+        if runs and runs[-1][1] == segment.source:
+            runs[-1] = (runs[-1][0] + segment.text, segment.source)
+        else:
+            runs.append((segment.text, segment.source))
+    return runs
+
+
+def spans(tokenizer, output):
+    """The response as (text, "policy"/"env") runs of equal mask."""
+    runs, ids, mask = [], output.response_ids, output.response_mask
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            runs.append((tokenizer.decode(ids[start:i]), "policy" if mask[start] else "env"))
+            start = i
+    return runs
+
+
+@pytest.mark.parametrize("question", ["Who wrote Hamlet?", "What is the capital of France?"])
+def test_an_episode_is_the_local_loops_with_only_the_policy_in_the_mask(
+        tokenizer, retriever, server_url, question):
+    output, servers = episode(tokenizer, server_url, question)
+    assert len(output.response_ids) == len(output.response_mask)
+    assert spans(tokenizer, output) == local_episode(tokenizer, retriever, question)
+    assert all(r["stop"] for r in servers.requests)
+    text = tokenizer.decode(output.response_ids)
+    if question.startswith("Who"):  # one search, answered from the retrieved passage
+        assert "Hamlet is a tragedy written by William Shakespeare." in text
+        assert output.extra_fields["searches"] == 1
+        assert search_r1_score("nq", text, ["William Shakespeare"])["score"] == 1.0
+    else:  # no action twice: the invalid-action hint, then the forced answer, none given
+        assert response_trajectory(text).format_errors == 3
+        assert servers.requests[-1]["stop"] == ["</answer>"]
+
+
+def test_the_response_budget_cuts_the_episode(tokenizer, server_url):
+    output, _ = episode(tokenizer, server_url, "Who wrote Hamlet?", response_length=12)
+    assert len(output.response_ids) == len(output.response_mask) == 12
+
+
+def test_an_unreachable_retrieval_server_is_named(tokenizer):
+    with pytest.raises(RuntimeError, match="unreachable.*advrag serve-retriever"):
+        episode(tokenizer, "http://127.0.0.1:9", "Who wrote Hamlet?")
