@@ -361,9 +361,59 @@ def rl(
                                 f"{', '.join(recipe_names())})."),
     run_name: str | None = typer.Option(None, help=RUN_NAME_HELP),
     settings: list[str] = typer.Option(None, "--set", help=SET_HELP),
+    engine: str = typer.Option("local", help="local (this machine, CPU or GPU) or verl (verl's "
+                               "trainer on Ray and GPUs; recipe grpo: docs/verl.md)."),
+    dry_run: bool = typer.Option(False, help="With --engine verl: write the data, print the "
+                                 "command and verl's composed config, launch nothing."),
+    gpus: int = typer.Option(1, min=1, help="With --engine verl: GPUs per node."),
+    nodes: int = typer.Option(1, min=1, help="With --engine verl: nodes."),
+    retriever_url: str = typer.Option("http://127.0.0.1:8000", help="With --engine verl: the "
+                                      "retrieval server the rollout workers search "
+                                      "(advrag serve-retriever)."),
+    out_dir: Path = typer.Option(Path(".cache/advrag/verl"), help="With --engine verl: where "
+                                 "the parquet data and the agent loop file are written."),
 ) -> None:
     """Flow: train the recipe a config names (resumes from its latest checkpoint)."""
+    if engine == "verl":
+        run_on_verl(config, overrides_of(settings), dry_run=dry_run, gpus=gpus, nodes=nodes,
+                    retriever_url=retriever_url, out_dir=out_dir)
+        return
+    if engine != "local":
+        typer.echo(f"error: --engine {engine!r}: choose local or verl", err=True)
+        raise typer.Exit(2)
     run_recipe_config(config, run_name, overrides_of(settings))
+
+
+def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: int, nodes: int,
+                retriever_url: str, out_dir: Path) -> None:
+    """``--engine verl``: data and verl's config prepared here, then the launch (or, with
+    ``dry_run``, the command and the config printed); a refusal is one error line."""
+    from advrag.recipes import recipe_for
+
+    with config_errors():
+        settings = recipe_for(config, overrides).config
+    try:
+        from advrag.engines.verl import launch
+        from advrag.models.loading import resolve_model_dir
+
+        hydra_overrides, composed = launch.prepare(
+            settings, out_dir, model_path=resolve_model_dir(settings.model),
+            retriever_url=retriever_url, gpus=gpus, nodes=nodes)
+        if dry_run:
+            from omegaconf import OmegaConf
+
+            typer.echo(launch.shown(hydra_overrides))
+            typer.echo(OmegaConf.to_yaml(composed))
+            return
+        status = launch.launch(hydra_overrides)
+    except ImportError as error:
+        typer.echo(f"error: --engine verl needs verl ({error}): `make verl` on a CPU, "
+                   "`pip install advrag[verl]` on GPU machines", err=True)
+        raise typer.Exit(1) from None
+    except (ValueError, RuntimeError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(status)
 
 
 def run_recipe_config(config: Path, run_name: str | None, overrides: dict | None,

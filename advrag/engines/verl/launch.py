@@ -1,0 +1,202 @@
+"""``advrag rl --engine verl``: a GRPO recipe config as a run of verl's ``main_ppo`` on Ray.
+
+Three steps, each checkable on a CPU:
+
+1. **Data** (``export_parquet``): the training and dev questions in verl's RLHF parquet
+   schema — ``data_source``, ``prompt`` (the chat messages: the recipe's search prompt),
+   ``ability``, ``reward_model: {style: rule, ground_truth: {target: golden answers}}``,
+   ``extra_info`` (our id, the split) and ``agent_name`` (``advrag_search_r1``).
+2. **Config** (``overrides``, ``compose``): our config's values as Hydra overrides of verl's
+   ``ppo_trainer`` — the plugin's estimator and loss, the learning rate, clip and KL settings,
+   LoRA, the group size, the batch, the turn and token budgets, the reward function, the agent
+   loop (a file written beside the data, naming the retrieval server), the steps and
+   checkpoints — composed against verl's own config files, so a key verl does not have
+   fails here, naming it.
+3. **Launch**: ``python -m verl.trainer.main_ppo <overrides>`` with the plugin named in
+   ``VERL_USE_EXTERNAL_MODULES``; ``--dry-run`` prints the command and the composed config.
+
+What does not map: the local engine's SFT warm-up (verl starts from ``model``, so point it at
+a warmed-up model) and the recipe-specific steps of UR² and REX-RAG (UR²'s two reward stages,
+REX-RAG's probes), which this launcher refuses; two-policy recipes (ARR, GAR) stay local.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from advrag.agents.prompts import search_r1_prompt
+from advrag.datasets.records import QARecord
+
+AGENT_NAME = "advrag_search_r1"
+REWARD_PATH = "pkg://advrag.engines.verl.rewards"
+KL_TYPES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+"""Our KL estimators by verl's names (``core_algos.kl_penalty``)."""
+
+
+def verl_config_dir() -> Path:
+    """verl's own Hydra config files (``verl/trainer/config``)."""
+    import verl
+
+    return Path(verl.__file__).parent / "trainer" / "config"
+
+
+def dataset_rows(records: Sequence[QARecord], split: str) -> list[dict[str, Any]]:
+    """verl's RLHF rows for ``records`` (module docstring, step 1)."""
+    return [{"data_source": "advrag", "ability": "qa", "agent_name": AGENT_NAME,
+             "prompt": [{"role": "user", "content": search_r1_prompt(r.question)}],
+             "reward_model": {"style": "rule", "ground_truth": {"target": list(r.golden_answers)}},
+             "extra_info": {"id": r.id, "split": split, "index": i}}
+            for i, r in enumerate(records)]
+
+
+def export_parquet(records: Sequence[QARecord], path: Path, split: str) -> Path:
+    """Write ``records`` as verl's parquet at ``path`` (replaced whole)."""
+    import pandas as pd
+
+    from advrag.common.fileio import atomic_file
+
+    if not records:
+        raise ValueError(f"no {split} questions to export for verl")
+    with atomic_file(path) as tmp:
+        pd.DataFrame(dataset_rows(records, split)).to_parquet(tmp, index=False)
+    return path
+
+
+def agent_loop_file(path: Path, config: Any, retriever_url: str) -> Path:
+    """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``)."""
+    entry = {"name": AGENT_NAME,
+             "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
+             "retriever_url": retriever_url, "max_turns": config.max_turns, "topk": config.topk}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([entry], indent=2) + "\n")  # JSON is YAML: OmegaConf reads it
+    return path
+
+
+def refuse_unmapped(config: Any) -> None:
+    """A config whose training the verl path would change is refused, naming what to drop."""
+    if config.recipe != "grpo":
+        raise ValueError(f"--engine verl runs recipe grpo for now; {config.recipe!r} trains "
+                         "with steps the verl path does not have yet (docs/verl.md): run it "
+                         "locally")
+    if getattr(config, "exploration", None) is not None:
+        raise ValueError("--engine verl has no REX-RAG probes yet: set exploration: null")
+
+
+def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
+              nodes: int) -> list[str]:
+    """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step 2)."""
+    optim, lora = config.optim, config.lora
+    prompt_tokens = 512  # the search prompt and question; the rest of max_seq_len is the episode
+    values: dict[str, Any] = {
+        "algorithm.adv_estimator": f"advrag_{optim.advantage}",
+        "algorithm.use_kl_in_reward": False,
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "advrag_ppo",
+        "actor_rollout_ref.actor.optim.lr": optim.lr,
+        "actor_rollout_ref.actor.clip_ratio_low": optim.clip_low,
+        "actor_rollout_ref.actor.clip_ratio_high": optim.clip_high,
+        "actor_rollout_ref.actor.clip_ratio_c": optim.dual_clip or 3.0,
+        "actor_rollout_ref.actor.loss_agg_mode": optim.loss_agg,
+        "actor_rollout_ref.actor.use_kl_loss": optim.kl_coef > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": optim.kl_coef,
+        "actor_rollout_ref.actor.kl_loss_type": KL_TYPES[optim.kl_kind],
+        "actor_rollout_ref.actor.ppo_epochs": optim.ppo_epochs,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": config.questions_per_step,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": optim.micro_batch_size,
+        "actor_rollout_ref.actor.grad_clip": optim.grad_clip,
+        "actor_rollout_ref.model.path": model_path,
+        "actor_rollout_ref.model.lora_rank": lora.r if lora else 0,
+        "actor_rollout_ref.model.lora_alpha": lora.alpha if lora else 16,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": config.group_size,
+        "actor_rollout_ref.rollout.temperature": config.temperature,
+        "actor_rollout_ref.rollout.multi_turn.enable": True,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(files["agent_loop"]),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+        "data.train_files": str(files["train"]),
+        "data.val_files": str(files["dev"]),
+        "data.train_batch_size": config.questions_per_step,
+        "data.max_prompt_length": prompt_tokens,
+        "data.max_response_length": max(optim.max_seq_len - prompt_tokens, 1),
+        "reward.custom_reward_function.path": REWARD_PATH,
+        "reward.custom_reward_function.name": "search_r1_score",
+        "+reward.custom_reward_function.reward_kwargs.metric": config.reward_metric,
+        "+reward.custom_reward_function.reward_kwargs.format_penalty": config.format_penalty,
+        "trainer.total_training_steps": config.steps,
+        "trainer.save_freq": config.checkpoint_every,
+        "trainer.default_local_dir": str(Path(config.checkpoint_dir) / "verl"),
+        "trainer.project_name": config.experiment,
+        "trainer.experiment_name": config.recipe,
+        "trainer.logger": "[console]",
+        "trainer.n_gpus_per_node": gpus,
+        "trainer.nnodes": nodes,
+    }
+    return [f"{key}={_hydra_value(value)}" for key, value in values.items()]
+
+
+def _hydra_value(value: Any) -> str:
+    """A value as Hydra's override grammar reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.startswith("["):
+        return value
+    if isinstance(value, str):
+        return json.dumps(value) if any(c in value for c in " ,:=[]{}'\"") else value
+    return str(value)
+
+
+def compose(hydra_overrides: Sequence[str]):
+    """verl's ``ppo_trainer`` config with ``hydra_overrides``: an unknown key or a bad value
+    raises ``ValueError`` naming it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    try:
+        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            return hydra_compose(config_name="ppo_trainer", overrides=list(hydra_overrides))
+    except ConfigCompositionException as error:
+        raise ValueError(f"verl's ppo_trainer config refused the overrides: {error}") from error
+
+
+def command(hydra_overrides: Sequence[str]) -> list[str]:
+    """The launch command (run with ``VERL_USE_EXTERNAL_MODULES=advrag.engines.verl``)."""
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *hydra_overrides]
+
+
+def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, gpus: int,
+            nodes: int) -> tuple[list[str], Any]:
+    """Data, agent loop file and composed config under ``out_dir``; the overrides and config."""
+    from advrag.datasets.loaders import load_qa
+
+    refuse_unmapped(config)
+    files = {split: export_parquet(load_qa(Path(config.world_dir) / f"{split}.jsonl"),
+                                   out_dir / f"{split}.parquet", split)
+             for split in ("train", "dev")}
+    files["agent_loop"] = agent_loop_file(out_dir / "agent_loops.yaml", config, retriever_url)
+    hydra_overrides = overrides(config, model_path, files, gpus=gpus, nodes=nodes)
+    return hydra_overrides, compose(hydra_overrides)
+
+
+def launch(hydra_overrides: Sequence[str]) -> int:
+    """Run verl's trainer (it needs GPUs: refused here without one); its exit status."""
+    import subprocess
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("verl's trainer runs on GPUs and torch sees none here: run with "
+                           "--dry-run to check the data and config, and launch on a GPU machine")
+    env = os.environ | {"VERL_USE_EXTERNAL_MODULES": "advrag.engines.verl"}
+    return subprocess.run(command(hydra_overrides), env=env, check=False).returncode
+
+
+def shown(hydra_overrides: Sequence[str]) -> str:
+    """The launch command as a shell line."""
+    return ("VERL_USE_EXTERNAL_MODULES=advrag.engines.verl "
+            + " ".join(shlex.quote(part) for part in command(hydra_overrides)))
