@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from fakes import ScriptedGenerator, cut_after_stop
@@ -18,12 +19,19 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
+from advrag.agents.prompts import FALLBACK_HINT  # noqa: E402
 from advrag.agents.search_loop import run_search_agent  # noqa: E402
+from advrag.common.types import Summary  # noqa: E402
 from advrag.engines.verl.agent_loop import SearchR1AgentLoop  # noqa: E402
-from advrag.engines.verl.rewards import response_trajectory, search_r1_score  # noqa: E402
+from advrag.engines.verl.rewards import (  # noqa: E402
+    response_trajectory,
+    search_r1_score,
+    ur2_score,
+)
 from advrag.retrieval.bm25 import BM25Index, build_bm25_dir  # noqa: E402
 from advrag.retrieval.retriever import BM25Retriever, read_passages  # noqa: E402
 from advrag.retrieval.server import create_app  # noqa: E402
+from advrag.retrieval.summary import SUMMARY_FALLBACK_MESSAGE  # noqa: E402
 
 DOCS = [{"id": "p1", "contents": "Hamlet\nHamlet is a tragedy written by William Shakespeare."},
         {"id": "p2", "contents": "Paris\nParis is the capital of France."}]
@@ -58,8 +66,9 @@ def retriever(tmp_path_factory):
                          read_passages(directory / "index" / "passages.jsonl"))
 
 
-@pytest.fixture(scope="module")
-def server_url(retriever):
+@contextmanager
+def serving(app):
+    """``app`` on a free loopback port, in a thread; its URL."""
     import socket
 
     import uvicorn
@@ -67,15 +76,30 @@ def server_url(retriever):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server_url(retriever):
+    with serving(create_app(retriever)) as url:
+        yield url
+
+
+class Summarising:
+    """UR²'s summariser, scripted: "tragedy" queries get a summary, the rest the fallback."""
+
+    def summarise(self, pairs):
+        return [Summary(f"A summary about {q}.", "summary") if "tragedy" in q
+                else Summary(SUMMARY_FALLBACK_MESSAGE, "fallback") for q, _ in pairs]
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +109,8 @@ def tokenizer(tiny_policy_dir):
     return AutoTokenizer.from_pretrained(tiny_policy_dir)
 
 
-def episode(tokenizer, url, question, max_turns=2, response_length=2048):
-    servers = StandInServers(tokenizer, SCRIPT)
+def episode(tokenizer, url, question, max_turns=2, response_length=2048, rules=SCRIPT):
+    servers = StandInServers(tokenizer, rules)
 
     async def run():  # verl builds each loop inside its worker's event loop
         loop = SearchR1AgentLoop(
@@ -101,15 +125,15 @@ def episode(tokenizer, url, question, max_turns=2, response_length=2048):
     return asyncio.run(run()), servers
 
 
-def local_episode(tokenizer, retriever, question, max_turns=2):
+def local_episode(tokenizer, retriever, question, max_turns=2, summariser=None, rules=SCRIPT):
     """The local loop on the same policy and retriever: its response's segments."""
     class Chat(ScriptedGenerator):
         def chat_prompt(self, user, system=None):
             return tokenizer.apply_chat_template([{"role": "user", "content": user}],
                                                  tokenize=False, add_generation_prompt=True)
 
-    (trajectory,) = run_search_agent([question], Chat(SCRIPT), retriever, max_turns=max_turns,
-                                     topk=1, prompt=lambda q: q)
+    (trajectory,) = run_search_agent([question], Chat(rules), retriever, max_turns=max_turns,
+                                     topk=1, prompt=lambda q: q, summariser=summariser)
     runs: list[tuple[str, str]] = []  # adjacent segments of one source joined, as in a mask
     for segment in trajectory.segments[1:]:
         if runs and runs[-1][1] == segment.source:
@@ -145,6 +169,21 @@ def test_an_episode_is_the_local_loops_with_only_the_policy_in_the_mask(
     else:  # no action twice: the invalid-action hint, then the forced answer, none given
         assert response_trajectory(text).format_errors == 3
         assert servers.requests[-1]["stop"] == ["</answer>"]
+
+
+@pytest.mark.parametrize("query", ["Hamlet tragedy", "Hamlet author"])
+def test_ur2_summaries_and_fallbacks_come_through_as_the_local_loop_shows_them(
+        tokenizer, retriever, query):
+    rules = {**SCRIPT, "Who wrote Hamlet?<|im_end|>": f"<search> {query} </search>"}
+    with serving(create_app(retriever, summariser=Summarising())) as url:
+        output, _ = episode(tokenizer, url, "Who wrote Hamlet?", rules=rules)
+    spans_ = spans(tokenizer, output)
+    assert spans_ == local_episode(tokenizer, retriever, "Who wrote Hamlet?",
+                                   summariser=Summarising(), rules=rules)
+    text = tokenizer.decode(output.response_ids)
+    fell_back = query == "Hamlet author"
+    assert (FALLBACK_HINT in text) == fell_back
+    assert ur2_score("nq", text, ["William Shakespeare"])["fallback_faults"] == float(fell_back)
 
 
 def test_the_response_budget_cuts_the_episode(tokenizer, server_url):

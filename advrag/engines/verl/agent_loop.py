@@ -5,7 +5,8 @@ verl runs one agent loop per prompt (``actor_rollout_ref.rollout.agent``). This 
 ``agents.search_loop``'s protocol at the token level: each turn the policy generates until
 ``</search>`` or ``</answer>``; a search is sent to the retrieval server (``POST
 /retrieve``, the batching server many rollout workers share) and its documents come back
-as an ``<information>`` block; a turn without a usable action gets the invalid-action hint;
+as an ``<information>`` block (from a server started with ``--summarise``: UR²'s summary,
+or its fallback message followed by the fallback hint, as the local loop shows them); a turn without a usable action gets the invalid-action hint;
 after ``max_turns`` turns without an answer, the forced-answer hint and one last turn. The
 environment's text (documents, hints) is tokenised and appended with response mask 0, so
 the update trains on the policy's tokens only; the response's text is what
@@ -30,7 +31,12 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from advrag.agents.prompts import FORCE_ANSWER_HINT, INVALID_ACTION_HINT, information_block
+from advrag.agents.prompts import (
+    FALLBACK_HINT,
+    FORCE_ANSWER_HINT,
+    INVALID_ACTION_HINT,
+    information_block,
+)
 from advrag.agents.protocol import parse_step
 from advrag.agents.search_loop import ACTIONS, STOP
 from advrag.common.types import Passage, format_docs
@@ -44,8 +50,19 @@ class RetrievalClient:
         self.url = base if base.endswith("/retrieve") else f"{base}/retrieve"
         self.timeout_s = timeout_s
 
-    async def search(self, query: str, topk: int) -> list[Passage]:
-        """The top-``topk`` passages for ``query``; a clear error when the server fails."""
+    async def information(self, query: str, topk: int) -> tuple[str, bool]:
+        """The ``<information>`` body for ``query`` as the local loop writes it, and whether it
+        is UR²'s fallback: the documents, or, from a server started with ``--summarise``, the
+        summary or the fallback message (the raw documents when summarising failed)."""
+        passages, kinds = await self.search(query, topk)
+        kind = kinds[0] if kinds else "raw"
+        if kind == "raw":
+            return format_docs(passages), False
+        return passages[0].contents.removeprefix("Summary\n"), kind == "fallback"
+
+    async def search(self, query: str, topk: int) -> tuple[list[Passage], list[str]]:
+        """The top-``topk`` passages for ``query`` and the server's summary kinds (empty when
+        it does not summarise); a clear error when the server fails."""
         import httpx
 
         async with httpx.AsyncClient(timeout=self.timeout_s) as http:
@@ -59,8 +76,9 @@ class RetrievalClient:
         if response.status_code != 200:
             raise RuntimeError(f"{self.url} answered HTTP {response.status_code}: "
                                f"{response.text[:300]}")
-        return [Passage(hit["document"]["id"], hit["document"]["contents"], hit["score"])
-                for hit in response.json()["result"][0]]
+        body = response.json()
+        return ([Passage(hit["document"]["id"], hit["document"]["contents"], hit["score"])
+                 for hit in body["result"][0]], body.get("summaries", []))
 
 
 @register("advrag_search_r1")
@@ -99,8 +117,10 @@ class SearchR1AgentLoop(AgentLoopBase):
             if step.kind == "answer":
                 break
             if step.kind == "search":
-                passages = await self.retriever.search(step.content, self.topk)
-                episode.add(self._tokens(information_block(format_docs(passages))), policy=False)
+                body, fell_back = await self.retriever.information(step.content, self.topk)
+                episode.add(self._tokens(information_block(body)), policy=False)
+                if fell_back:  # UR² App. C.4, as the local loop shows it
+                    episode.add(self._tokens(FALLBACK_HINT), policy=False)
                 episode.searches += 1
             else:
                 episode.add(self._tokens(INVALID_ACTION_HINT), policy=False)
