@@ -535,6 +535,31 @@ def test_cloud_init_template_gets_exactly_the_variables_it_uses(module):
     assert used == keys, f"{template}: used-not-passed {used - keys}, passed-not-used {keys - used}"
 
 
+def shellcheck_path() -> str:
+    """shellcheck, installed from Debian's package when it is missing."""
+    import shutil
+
+    from system_packages import apt_install
+
+    return shutil.which("shellcheck") or apt_install("shellcheck",
+                                                     lambda: shutil.which("shellcheck"))
+
+
+@pytest.mark.parametrize("module", ["gpu_workers", "tracking_server"])
+def test_the_boot_scripts_and_the_gpu_smoke_script_pass_shellcheck(module, tmp_path):
+    ((template, keys),) = templatefile_calls(TF_ROOT / "modules" / module)
+    config = yaml.safe_load(render(template.read_text(), {k: SAMPLE[k] for k in keys}))
+    scripts = [REPO / "bench" / "gpu_smoke.sh"]
+    for entry in config["write_files"]:
+        if entry["content"].startswith("#!/bin/bash"):
+            scripts.append(tmp_path / Path(entry["path"]).name)
+            scripts[-1].write_text(entry["content"])
+    assert len(scripts) > 1, f"{module}: no boot script found"
+    check = subprocess.run([shellcheck_path(), *map(str, scripts)], capture_output=True, text=True,
+                           check=False)
+    assert check.returncode == 0, check.stdout
+
+
 @pytest.mark.parametrize("module", ["gpu_workers", "tracking_server"])
 def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
     ((template, keys),) = templatefile_calls(TF_ROOT / "modules" / module)

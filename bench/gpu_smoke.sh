@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# What only a GPU machine can show, in one run: FAISS on the GPU, and verl's trainer running
+# advrag's plugin end to end (estimators, loss, rewards, the Search-R1 agent loop against
+# advrag's retrieval server) for two updates of configs/train.yaml.
+#
+#   bash bench/gpu_smoke.sh            # from the repository root, on a machine with a GPU
+#
+# Needs: an NVIDIA GPU with its driver, network to PyPI (it installs advrag[gpu,verl] and
+# faiss-gpu-cu12 into .venv-gpu), about 20 minutes. Writes bench/results/gpu_smoke.json:
+# each check's outcome and seconds, the GPU's name, and the versions used. Exits non-zero at
+# the first failed check, with that check named.
+set -euo pipefail
+
+VENV=.venv-gpu
+OUT=bench/results/gpu_smoke.json
+RUN_DIR=.cache/advrag/gpu-smoke
+PORT=8077
+declare -A SECONDS_TAKEN=()
+
+fail() { echo "gpu_smoke: FAILED at $1" >&2; exit 1; }
+
+timed() {  # timed NAME COMMAND...: run COMMAND, record its seconds under NAME
+  local name=$1 start
+  shift
+  start=$(date +%s)
+  "$@" || fail "$name"
+  SECONDS_TAKEN[$name]=$(( $(date +%s) - start ))
+  echo "gpu_smoke: $name ok (${SECONDS_TAKEN[$name]} s)"
+}
+
+check_gpu() { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; }
+
+install() {
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q -U pip
+  "$VENV/bin/pip" install -q -e '.[gpu,verl]'
+  "$VENV/bin/pip" uninstall -q -y faiss-cpu
+  "$VENV/bin/pip" install -q 'faiss-gpu-cu12==1.14.1.post1'
+}
+
+faiss_on_gpu() {  # the index builds on the GPU and answers as the CPU index does
+  "$VENV/bin/python" - <<'PY'
+import numpy as np
+from advrag.retrieval.index import build_index
+vectors = np.random.default_rng(0).normal(size=(20000, 384)).astype(np.float32)
+vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+gpu = build_index(vectors, "flat", gpu=True, progress=False)
+cpu = build_index(vectors, "flat", gpu=False, progress=False)
+assert gpu.gpu_resources is not None
+assert (gpu.search(vectors[:64], 10)[1] == cpu.search(vectors[:64], 10)[1]).all()
+print("faiss: flat index on the GPU, the same neighbours as on the CPU")
+PY
+}
+
+demo_data() { "$VENV/bin/advrag" prepare-data; }  # the demo's world and its index
+
+start_retriever() {
+  "$VENV/bin/advrag" serve-retriever --port "$PORT" > "$RUN_DIR/retriever.log" 2>&1 &
+  RETRIEVER_PID=$!
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && return 0
+    sleep 1
+  done
+  return 1
+}
+
+verl_two_updates() {
+  "$VENV/bin/advrag" rl --config configs/train.yaml --engine verl --gpus 1 \
+    --retriever-url "http://127.0.0.1:$PORT" --out-dir "$RUN_DIR" \
+    --set steps=2 --set checkpoint_every=2 --set warmup=null
+  ls .cache/advrag/checkpoints/train/verl > /dev/null  # configs/train.yaml's, /verl
+}
+
+write_results() {
+  local gpu versions
+  gpu=$(check_gpu | head -1)
+  versions=$("$VENV/bin/python" -c 'import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in ("advrag", "verl", "vllm", "torch", "faiss-gpu-cu12")}))')
+  {
+    printf '{"gpu": "%s", "versions": %s, "seconds": {' "$gpu" "$versions"
+    local first=1 name
+    for name in "${!SECONDS_TAKEN[@]}"; do
+      [ $first -eq 1 ] || printf ', '
+      printf '"%s": %s' "$name" "${SECONDS_TAKEN[$name]}"
+      first=0
+    done
+    printf '}, "passed": true}\n'
+  } > "$OUT"
+  echo "gpu_smoke: all checks passed; $OUT"
+}
+
+mkdir -p "$RUN_DIR"
+RETRIEVER_PID=
+trap '[ -n "$RETRIEVER_PID" ] && kill "$RETRIEVER_PID" 2> /dev/null || true' EXIT
+timed gpu check_gpu
+timed install install
+timed faiss_on_gpu faiss_on_gpu
+timed demo_data demo_data
+timed retriever start_retriever
+timed verl_two_updates verl_two_updates
+write_results
