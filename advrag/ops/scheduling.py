@@ -114,9 +114,31 @@ def unschedule(home: Path, timeout_s: float = 30) -> list[str]:
 
 
 def prefect_env(home: Path, port: int) -> dict[str, str]:
-    """This environment plus project-local Prefect state and the local API."""
+    """This environment plus project-local Prefect state, the local API and its guards."""
     return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url(port),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+            **guarded(f"http://{HOST}:{port}")}
+
+
+def guarded(origin: str) -> dict[str, str]:
+    """Settings that keep other web pages away from a local Prefect server at ``origin``.
+
+    Prefect's defaults answer every origin (CORS ``*``) and check no CSRF token, so any page
+    open in the user's browser could create a deployment that the local worker runs. Here
+    CORS allows only the server's own origin (its UI) and CSRF protection is on: each
+    state-changing request needs a token from ``/csrf-token``, which Prefect's UI and clients
+    fetch and a page from another origin cannot read. The servers bind to loopback only,
+    so no auth string is set.
+    """
+    return {"PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": origin,
+            "PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED": "true"}
+
+
+def csrf_headers(url: str, client: str = "advrag-schedule") -> dict[str, str]:
+    """Headers with a CSRF token of the Prefect API at ``url``, for our own raw requests."""
+    response = httpx.get(f"{url}/csrf-token", params={"client": client}, timeout=30)
+    response.raise_for_status()
+    return {"Prefect-Csrf-Token": response.json()["token"], "Prefect-Csrf-Client": client}
 
 
 def prefect_cli() -> list[str]:
@@ -165,13 +187,13 @@ def skip_missed_runs(url: str) -> int:
     replaying every missed one (Prefect would run them late, back to back).
     Runs triggered by hand are kept. Each cancelled run says why.
     """
-    now = datetime.now(timezone.utc).isoformat()
-    runs = httpx.post(f"{url}/flow_runs/filter", timeout=30, json={"flow_runs": {
+    now, headers = datetime.now(timezone.utc).isoformat(), csrf_headers(url)
+    runs = httpx.post(f"{url}/flow_runs/filter", timeout=30, headers=headers, json={"flow_runs": {
         "state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"before_": now}}})
     runs.raise_for_status()
     missed = [run for run in runs.json() if run["auto_scheduled"]]
     for run in missed:
-        httpx.post(f"{url}/flow_runs/{run['id']}/set_state", timeout=30, json={
+        httpx.post(f"{url}/flow_runs/{run['id']}/set_state", timeout=30, headers=headers, json={
             "state": {"type": "CANCELLED", "message": "missed: no worker was running at its "
                       "time (skipped by advrag schedule)"}, "force": True}).raise_for_status()
     return len(missed)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from advrag.ops.scheduling import API_URL_FILE
+from advrag.ops.scheduling import API_URL_FILE, guarded
 
 HOST = "127.0.0.1"
 # The MLflow runs view `advrag ui` links to: the benchmark's per-method EM and F1 averaged over
@@ -71,13 +71,14 @@ def mlflow_spec(db: Path, artifacts: Path, port: int = 5000) -> ServerSpec:
 
 
 def prefect_spec(home: Path, port: int = 4200) -> ServerSpec:
-    """`prefect server start` with its SQLite database under ``home`` (PREFECT_HOME)."""
+    """`prefect server start` with its SQLite database under ``home`` (PREFECT_HOME), refusing
+    other origins (``scheduling.guarded``)."""
     home = home.resolve()
     url = f"http://{HOST}:{port}"
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST,
            "--port", str(port), "--analytics-off"]
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"{url}/api",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", **guarded(url)}
     return ServerSpec("Prefect", cmd, env, url, f"{url}/api/health", home / "ui-server.log",
                       home / API_URL_FILE)
 

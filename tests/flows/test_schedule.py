@@ -86,7 +86,8 @@ def scheduled(tmp_path_factory, tiny_policy_dir):
 
 def api(scheduled, path: str, body: dict | None = None):
     _, info = scheduled
-    response = httpx.post(f"{info.api_url}{path}", json=body or {}, timeout=30)
+    response = httpx.post(f"{info.api_url}{path}", json=body or {}, timeout=30,
+                          headers=scheduling.csrf_headers(info.api_url, "advrag-test"))
     response.raise_for_status()
     return response.json()
 
@@ -98,6 +99,32 @@ def next_two_am_berlin(count: int) -> list[datetime]:
     day = now.date() if now.hour < 2 else now.date() + timedelta(days=1)
     return [datetime(d.year, d.month, d.day, 2, tzinfo=berlin)
             for d in (day + timedelta(days=i) for i in range(count))]
+
+
+@pytest.mark.slow
+def test_the_local_server_refuses_other_origins_and_serves_its_own(scheduled):
+    """A page from another origin can neither pass CORS nor change state; the UI (same origin,
+    a CSRF token from /csrf-token) can. Prefect's defaults allowed both: CORS `*`, no CSRF."""
+    _, info = scheduled
+    evil, own = "http://evil.example", info.ui_url
+    for origin, allowed in ((evil, False), (own, True)):
+        preflight = httpx.options(f"{info.api_url}/flows/", timeout=30, headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type"})
+        assert (preflight.headers.get("access-control-allow-origin") == origin) is allowed
+        assert preflight.headers.get("access-control-allow-origin") != "*"
+    forged = httpx.post(f"{info.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
+                        headers={"Origin": evil})
+    assert forged.status_code == 403 and forged.json()["detail"] == "Missing CSRF token."
+    wrong = httpx.post(f"{info.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
+                       headers={"Origin": evil, "Prefect-Csrf-Token": "guess",
+                                "Prefect-Csrf-Client": "evil"})
+    assert wrong.status_code == 403
+    ui_request = httpx.post(f"{info.api_url}/flows/", json={"name": "from-the-ui"}, timeout=30,
+                            headers={"Origin": own,
+                                     **scheduling.csrf_headers(info.api_url, "ui")})
+    assert ui_request.status_code in (200, 201)
+    assert ui_request.headers.get("access-control-allow-origin") == own
 
 
 @pytest.mark.slow
