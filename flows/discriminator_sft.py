@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from prefect import flow
 
+from advrag.common.locks import exclusive
 from advrag.config import DiscriminatorSFTConfig, config_hash
 from advrag.evaluation.reports import auroc_text
 from advrag.tasks import data, tracking
@@ -38,8 +39,9 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
     digest = data.data_version()["digest"]
     params = {"config": config.model_dump(mode="json"), "base": base, "data": digest}
     tags = {"flow": "discriminator-sft", "data.version": digest, "model": base}
-    with tracking.tracked_run(config.experiment, "discriminator-sft", params=params, tags=tags,
-                              parent=parent) as run_id:
+    with exclusive(config.checkpoint_dir, "the discriminator's checkpoint directory"), \
+            tracking.tracked_run(config.experiment, "discriminator-sft", params=params,
+                                 tags=tags, parent=parent) as run_id:
         policy, tokenizer = steps.load_discriminator(config, base)
         rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
         path = steps.write_and_gate(config, rows, heldout)

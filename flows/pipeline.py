@@ -18,6 +18,7 @@ import json
 
 from prefect import flow
 
+from advrag.common.locks import exclusive
 from advrag.config import (
     ConfigError,
     DataConfig,
@@ -45,6 +46,12 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
     recipe = recipe_for(config.recipe)
     recipe.configure(**dataset_settings(recipe.config, config.data))
     check_data(config, recipe)
+    with exclusive(config.data.raw_dir, "the data directory"):  # no rebuild under this run
+        return run_stages(config, recipe, run_name)
+
+
+def run_stages(config: PipelineConfig, recipe: Recipe, run_name: str) -> dict:
+    """The pipeline's stages, holding its data directory and checkpoint root (``pipeline``)."""
     digest = prepare_data(config.data)["digest"]
     sft = discriminator_config(config, recipe)
     keyed = stages.stage_key(recipe.settings_hash(), digest, sft and config_hash(sft))
@@ -53,7 +60,8 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
     tracking.configure()
     tags = {"data.version": digest, "flow": run_name, "recipe": recipe.name}
     params = {"pipeline": config.model_dump(mode="json"), "data": digest}
-    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
+    with exclusive(recipe.config.checkpoint_dir, "the checkpoint directory"), \
+            tracking.tracked_run(config.experiment, run_name, params=params, tags=tags) as run_id:
         start = warm_up_stage(recipe, run_id, digest)
         upstream = [digest, curation.fingerprint(start)[1]]
         judge = discriminator_stage(config, sft, recipe, start, upstream, run_id)

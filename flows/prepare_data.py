@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from advrag.common import console
+from advrag.common.locks import exclusive
 from advrag.config import DataConfig
 from advrag.tasks import data
 
@@ -15,8 +16,10 @@ from advrag.tasks import data
 def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
     """World (or your files, gated first and copied under ``raw_dir/files``) → GX gate →
     ``params.yaml``'s corpus → `dvc add data` → `dvc repro`; returns the data version. Bad files
-    fail the gate before anything is written."""
-    with console.progress("data", 4 if config.dvc_repro else 3, "steps") as bar:
+    fail the gate before anything is written; another run holding ``raw_dir`` stops this one
+    (``common.locks``)."""
+    with exclusive(config.raw_dir, "the data directory"), \
+            console.progress("data", 4 if config.dvc_repro else 3, "steps") as bar:
         qa_files, corpus = source_files(config)
         bar.update()
         data.gate_files([*qa_files, *config.extra_files], [corpus], train=qa_files[0],

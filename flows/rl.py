@@ -12,6 +12,7 @@ import time
 from prefect import flow
 
 from advrag.common import console
+from advrag.common.locks import exclusive
 from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
@@ -42,8 +43,9 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": flow_name, "recipe": recipe.name,
             "model": config.model, **(tags or {})}
-    with tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
-                              parent=parent) as run_id:
+    with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
+            tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
+                                 parent=parent) as run_id:
         retriever, records = rl.training_data(recipe)
         start_model = warm_start(recipe, run_id, retriever, records)
         curate_with(recipe, start_model, run_id)
