@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from advrag.common import console
+from advrag.common.fileio import remove_leftovers
 from advrag.common.locks import exclusive
 from advrag.config import DataConfig
 from advrag.tasks import data
@@ -20,6 +21,8 @@ def prepare_data(config: DataConfig = DataConfig()) -> dict[str, str]:
     (``common.locks``)."""
     with exclusive(config.raw_dir, "the data directory"), \
             console.progress("data", 4 if config.dvc_repro else 3, "steps") as bar:
+        for folder in (config.raw_dir, config.dataset_dir):
+            remove_leftovers(folder)  # a killed write's temporary copies
         qa_files, corpus = source_files(config)
         bar.update()
         data.gate_files([*qa_files, *config.extra_files], [corpus], train=qa_files[0],

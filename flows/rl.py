@@ -12,6 +12,7 @@ import time
 from prefect import flow
 
 from advrag.common import console
+from advrag.common.fileio import remove_leftovers
 from advrag.common.locks import exclusive
 from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
@@ -46,6 +47,8 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
     with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
             tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                                  parent=parent) as run_id:
+        for folder in (config.checkpoint_dir, *(config.checkpoint_dir / a for a in recipe.agents)):
+            remove_leftovers(folder)  # a killed save's temporary copies
         retriever, records = rl.training_data(recipe)
         start_model = warm_start(recipe, run_id, retriever, records)
         curate_with(recipe, start_model, run_id)

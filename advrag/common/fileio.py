@@ -2,12 +2,15 @@
 
 Each writer fills a temporary sibling and moves it into place with
 ``os.replace``, so an interrupted run never leaves a half-written file or
-directory where DVC, a loader or a later stage expects a finished one.
+directory where DVC, a loader or a later stage expects a finished one; both are
+fsynced, so neither does a power loss. A SIGKILL can leave the temporary sibling
+behind: ``remove_leftovers`` clears those when the next run starts.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -22,9 +25,30 @@ def _umask_mode(full: int) -> int:
     return full & ~mask
 
 
+def _fsync(path: str | os.PathLike) -> None:
+    """Flush ``path`` (a file or a directory) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under ``root``, ``root`` last."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync(Path(directory) / name)
+        _fsync(directory)
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path next to ``path``; on success move it onto ``path``, else delete it."""
+    """Yield a temp path next to ``path``; on success move it onto ``path``, else delete it.
+
+    The new file is on the disk before the rename and the rename before this returns
+    (the file, then its directory, fsynced): a power loss leaves the old or the new file.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -32,7 +56,9 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, _umask_mode(0o666))
+        _fsync(tmp)
         os.replace(tmp, target)
+        _fsync(target.parent)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -51,6 +77,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, _umask_mode(0o777))
+        _fsync_tree(tmp)
         old = None
         if target.exists():
             old = Path(
@@ -58,11 +85,32 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             )
             os.replace(target, old / "d")
         os.replace(tmp, target)
+        _fsync(target.parent)
         if old is not None:
             shutil.rmtree(old)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+LEFTOVER = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(?:tmp|old)$")
+"""The names ``atomic_file`` and ``atomic_dir`` give their temporary siblings."""
+
+
+def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary siblings a killed writer left in ``directory`` (``LEFTOVER``
+    names only); the removed paths. Call it only while no writer works there (under the
+    directory's lock, ``common.locks``)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if LEFTOVER.match(p.name)]
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return found
 
 
 def atomic_write_text(path: str | os.PathLike, chunks: Iterable[str]) -> None:

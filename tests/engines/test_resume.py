@@ -178,3 +178,33 @@ def test_rng_state_round_trips_through_a_safe_torch_load(tmp_path):
     seed_everything(4)
     set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == want
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before_exactly(
+    tiny_policy_dir, small_world_dir, tmp_path, one_thread, uninterrupted, capsys
+):
+    """The newest checkpoint's optimizer file damaged: the resume takes the previous one and
+    the steps after it equal the uninterrupted run's; none readable: one error naming them."""
+    from advrag.engines.local.checkpoint import CorruptCheckpoint
+    from advrag.engines.local.dual import AgentTrainers
+
+    records = load_records(small_world_dir)
+    want_metrics, want_params = uninterrupted(True)
+    first, generator = build(tiny_policy_dir, lora=True)
+    run(first, generator, records, position=0, until=4, checkpoint_root=tmp_path)
+    previous, newest = list_checkpoints(tmp_path)  # steps 2 and 4 (one every 2, keep 2)
+    (newest / "optimizer.pt").write_bytes(b"not a torch file")
+    trainer, generator = build(tiny_policy_dir, lora=True)
+    state = AgentTrainers({"reasoner": trainer}).resume(tmp_path)
+    assert state["step"] == json.loads((previous / "state.json").read_text())["step"] == 2
+    assert f"checkpoint {newest} cannot be read" in capsys.readouterr().out
+    got_metrics = run(trainer, generator, records, position=state["data_position"], until=4)
+    assert got_metrics == {k: want_metrics[k] for k in (3, 4)}
+    got_params = trainable_state(trainer)
+    assert all(torch.equal(got_params[n], want_params[n]) for n in want_params)
+
+    (previous / "state.json").write_text("{truncated")
+    (newest / "optimizer.pt").write_bytes(b"")
+    later, _ = build(tiny_policy_dir, lora=True)
+    with pytest.raises(CorruptCheckpoint, match="no checkpoint under .* can be read back"):
+        AgentTrainers({"reasoner": later}).resume(tmp_path)

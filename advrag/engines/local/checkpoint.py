@@ -13,19 +13,25 @@ Layout of one checkpoint, ``<root>/step-<8 digits>/``:
 Each checkpoint directory is written atomically (``fileio.atomic_dir``): a kill
 during a save leaves the previous checkpoints intact and no partial one under
 a ``step-*`` name. Everything loads with ``torch.load(weights_only=True)``
-(numpy's RNG state is stored as tensors and ints for that reason).
+(numpy's RNG state is stored as tensors and ints for that reason). A checkpoint whose
+files cannot be read back raises ``CorruptCheckpoint``, and a resume falls back to the
+one before it (``dual.AgentTrainers.resume``).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from advrag.common.fileio import atomic_dir
 from advrag.engines.local.policy import TrainablePolicy
@@ -158,18 +164,36 @@ def load_checkpoint(
     is given and differs from the saved one.
     """
     directory = Path(directory)
-    state = json.loads((directory / "state.json").read_text())
-    if expected_config_hash is not None and state["config_hash"] != expected_config_hash:
+    with _unreadable_is_corrupt(directory):
+        state = json.loads((directory / "state.json").read_text())
+        saved_hash = state["config_hash"]
+    if expected_config_hash is not None and saved_hash != expected_config_hash:
         raise ValueError(
-            f"{directory} was written with config {state['config_hash']}, "
+            f"{directory} was written with config {saved_hash}, "
             f"this run has {expected_config_hash}: resume with the same config"
         )
-    policy.load_weights(directory / "weights")
-    optimizer.load_state_dict(
-        torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
-    )
-    scheduler.load_state_dict(
-        torch.load(directory / "scheduler.pt", map_location="cpu", weights_only=True)
-    )
-    set_rng_state(torch.load(directory / "rng.pt", map_location="cpu", weights_only=True))
+    with _unreadable_is_corrupt(directory):
+        policy.load_weights(directory / "weights")
+        optimizer.load_state_dict(
+            torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True)
+        )
+        scheduler.load_state_dict(
+            torch.load(directory / "scheduler.pt", map_location="cpu", weights_only=True)
+        )
+        set_rng_state(torch.load(directory / "rng.pt", map_location="cpu", weights_only=True))
     return state
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint whose files cannot be read back (a disk fault, a truncated copy)."""
+
+
+@contextmanager
+def _unreadable_is_corrupt(directory: Path) -> Iterator[None]:
+    """Reading ``directory`` failing for a damaged file raises ``CorruptCheckpoint`` naming it."""
+    try:
+        yield
+    except (OSError, EOFError, KeyError, RuntimeError, ValueError, pickle.UnpicklingError,
+            SafetensorError) as error:
+        raise CorruptCheckpoint(f"checkpoint {directory} cannot be read: "
+                                f"{type(error).__name__}: {error}"[:500]) from error

@@ -34,7 +34,12 @@ from torch import Tensor, nn
 from advrag.common.fileio import atomic_dir
 from advrag.common.types import TextGenerator
 from advrag.engines.generators import make_generator
-from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
+from advrag.engines.local.checkpoint import (
+    PREFIX,
+    CorruptCheckpoint,
+    checkpoint_step,
+    list_checkpoints,
+)
 from advrag.engines.local.policy import (
     ADAPTER_FILE,
     LoraSettings,
@@ -178,12 +183,17 @@ def agent_generator(policy: TrainablePolicy, tokenizer, *, temperature: float,
                           autocast=policy.autocast, **engine)
 
 
-def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
-    """The newest checkpoint step that every agent has (see ``AgentTrainers.directory``), or None."""
+def common_steps(root: str | Path, names: Sequence[str] = AGENTS) -> list[int]:
+    """The checkpoint steps every agent has (see ``AgentTrainers.directory``), oldest first."""
     steps = [{checkpoint_step(p) for p in list_checkpoints(agent_dir(root, name, names))}
              for name in names]
-    common = set.intersection(*steps) if steps else set()
-    return max(common) if common else None
+    return sorted(set.intersection(*steps)) if steps else []
+
+
+def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
+    """The newest checkpoint step that every agent has, or None."""
+    steps = common_steps(root, names)
+    return steps[-1] if steps else None
 
 
 def agent_dir(root: str | Path, name: str, names: Sequence[str]) -> Path:
@@ -240,13 +250,27 @@ class AgentTrainers(Mapping[str, LocalTrainer]):
                 for name, trainer in self.trainers.items()}
 
     def resume(self, root: str | Path) -> dict[str, Any] | None:
-        """Load the newest step every agent saved; returns its ``state.json`` (None: nothing)."""
-        step = latest_common_step(root, list(self.trainers))
-        if step is None:
-            return None
-        states = [trainer.resume(self.directory(root, name) / f"{PREFIX}{step:08d}")
-                  for name, trainer in self.trainers.items()]
-        return states[-1]
+        """Load the newest step every agent saved; returns its ``state.json`` (None: nothing).
+
+        A step one of whose checkpoints cannot be read (``CorruptCheckpoint``) is passed
+        over, saying so, for the one before it (each load overwrites every agent's state
+        whole); when none can be read, ``CorruptCheckpoint`` names them all.
+        """
+        steps = common_steps(root, list(self.trainers))
+        failures = []
+        for step in reversed(steps):
+            try:
+                states = [trainer.resume(self.directory(root, name) / f"{PREFIX}{step:08d}")
+                          for name, trainer in self.trainers.items()]
+            except CorruptCheckpoint as error:
+                failures.append(str(error))
+                print(f"{error}; resuming from the checkpoint before it", flush=True)
+                continue
+            return states[-1]
+        if failures:
+            raise CorruptCheckpoint("no checkpoint under {} can be read back: {}; delete them "
+                                    "to start afresh".format(root, " | ".join(failures)))
+        return None
 
     def export(self, root: str | Path) -> dict[str, Path]:
         """Every agent as a plain transformers checkpoint under ``root/<agent>``."""
