@@ -24,6 +24,7 @@ from typing import Any
 import mlflow
 
 from advrag.common.allocator import allocator_in_use
+from advrag.common.redact import redact
 
 DEFAULT_DIR = Path(".mlflow")
 ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
@@ -114,7 +115,7 @@ def tracked_run(experiment: str, run_name: str, *, params: dict[str, Any] | None
         c.set_terminated(run_id, "KILLED")
         raise
     except BaseException as err:
-        c.set_tag(run_id, "error", f"{type(err).__name__}: {err}"[:5000])
+        c.set_tag(run_id, "error", redact(f"{type(err).__name__}: {err}")[:5000])
         c.set_terminated(run_id, "FAILED")
         raise
     c.set_terminated(run_id, "FINISHED")

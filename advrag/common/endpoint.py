@@ -46,6 +46,25 @@ class EndpointResponseError(EndpointError):
     reason = "bad_response"
 
 
+PLAIN_HTTP_OPT_IN = "ADVRAG_ALLOW_HTTP_API_KEY"
+"""Set to 1 to send ``OPENAI_API_KEY`` over plain http to a host beyond loopback."""
+
+
+def may_carry_key(url: str) -> bool:
+    """Whether an API key may go to ``url``: https, a loopback host, or the explicit opt-in."""
+    from ipaddress import ip_address
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme == "https" or os.environ.get(PLAIN_HTTP_OPT_IN) == "1":
+        return True
+    host = parts.hostname or ""
+    try:
+        return host == "localhost" or ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class OpenAIChatGenerator:
     """``TextGenerator`` over an OpenAI-compatible ``/v1/chat/completions`` server (e.g. vLLM).
 
@@ -56,7 +75,9 @@ class OpenAIChatGenerator:
     each limited to ``timeout_s``; ``timeouts`` counts the requests that ran
     past it. Stop strings go in the API's ``stop``; the matched one is put back
     at the end when the server reports it (vLLM's ``stop_reason``).
-    ``OPENAI_API_KEY``, when set, is sent as the bearer token. Without
+    ``OPENAI_API_KEY``, when set, is sent as the bearer token, only over https or to a
+    loopback address (``may_carry_key``; a plain-http server elsewhere is refused unless
+    ``ADVRAG_ALLOW_HTTP_API_KEY=1``). Without
     ``model`` the first model the server lists is used, which also checks that
     the server is up.
     """
@@ -67,6 +88,10 @@ class OpenAIChatGenerator:
 
         self.base = url.rstrip("/").removesuffix("/v1")
         key = os.environ.get("OPENAI_API_KEY")
+        if key and not may_carry_key(self.base):
+            raise ValueError(f"OPENAI_API_KEY would travel in clear text to {self.base}: use an "
+                             "https:// URL or a loopback address, or set "
+                             f"{PLAIN_HTTP_OPT_IN}=1 if the network to it is trusted")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
         self.concurrency = concurrency

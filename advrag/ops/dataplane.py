@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from advrag.common.redact import redact
+
 if TYPE_CHECKING:
     from advrag.config import DataFiles
     from advrag.datasets.world import WorldConfig
@@ -38,10 +40,10 @@ def run_dvc(args: list[str], root: Path = Path(".")) -> str:
     cmd = [sys.executable, "-m", "dvc", *args]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise DvcError(
+        raise DvcError(redact(
             f"`dvc {' '.join(args)}` failed in {root.resolve()} (exit {proc.returncode}):\n"
             f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
+        ))
     return proc.stdout
 
 

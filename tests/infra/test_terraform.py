@@ -600,6 +600,11 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
             "ExecStart=/opt/mlflow/bin/mlflow server" in files["/etc/systemd/system/mlflow.service"]
         )
         assert "postgresql://" in files["/usr/local/sbin/mlflow-backend-uri"]
+        # the database's certificate verified, host name included (require checks neither)
+        assert "sslmode=verify-full&sslrootcert=/etc/mlflow/rds-ca.pem" in \
+            files["/usr/local/sbin/mlflow-backend-uri"]
+        assert "sslmode=require" not in rendered
+        assert "global-bundle.pem" in files["/usr/local/sbin/mlflow-bootstrap"]
         assert '"mlflow==3.17.2"' in files["/usr/local/sbin/mlflow-bootstrap"]
     secrets = [
         k
@@ -768,3 +773,21 @@ def test_real_terraform_fmt_is_clean_and_templatefile_matches_the_static_render(
     assert code == 0, f"terraform fmt -recursive would change:\n{diff}{error}"
     assert result["apply"][:2] == [0, 0], result["apply"][2][-2000:]
     assert result["outputs"] == expected
+
+
+def test_secret_settings_files_are_never_committed():
+    """The infra README has users write dev.tfvars; .env files hold keys: git ignores them."""
+    paths = ["infra/terraform/dev.tfvars", "infra/terraform/prod.tfvars", ".env", "mlflow/.env",
+             "secrets.env", "infra/terraform/terraform.tfvars.example"]
+    check = subprocess.run(["git", "check-ignore", *paths], cwd=REPO, capture_output=True,
+                           text=True, check=False)
+    assert check.stdout.split() == paths[:-1]  # all but the committed example
+
+
+def test_the_gpu_extra_admits_no_vllm_with_the_pickle_flaw():
+    import tomllib
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (vllm,) = [Requirement(r) for r in extras["gpu"] if Requirement(r).name == "vllm"]
+    assert not vllm.specifier.contains("0.8.4") and vllm.specifier.contains("0.8.5")

@@ -1,0 +1,50 @@
+"""Secrets out of messages: what an error prints or an MLflow tag keeps must not carry one.
+
+A failed ``dvc remote modify … secret_access_key <key>`` prints its argv, a database URL holds
+its password, an exception can quote a bearer token; an MLflow tag keeps whatever it is given
+for everyone who can read the run. ``redact`` masks the values of this process's
+secret-looking environment variables and the shapes secrets take in text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+MASK = "***"
+SECRET_NAME = re.compile(r"(?i)password|passwd|secret|token|api[_-]?key|access[_-]?key|"
+                         r"auth|credential")
+_WORD = r"(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|authorization)"
+_VALUE = r"(?!\*\*\*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"'`]+)"
+_SHAPES = (
+    (re.compile(r"(?i)\bbearer\s+[\w.~+/=-]+"), MASK),
+    (re.compile(rf"(?i)\b([\w-]*{_WORD}[\w-]*)(\s*[=:]\s*){_VALUE}"), rf"\1\2{MASK}"),
+    (re.compile(rf"(?i)\b((?:[\w]+[_-])+{_WORD}(?:[_-][\w]+)*|{_WORD}(?:[_-][\w]+)+)(\s+)"
+                rf"{_VALUE}"), rf"\1\2{MASK}"),
+    (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), rf"\1{MASK}@"),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
+    (re.compile(r"\bsk-[\w-]{8,}"), MASK),
+)
+"""Secrets in text: bearer tokens; ``name=value`` or ``name: value`` for a secret-looking name;
+``compound_name value`` (a command line: ``secret_access_key KEY``); URL passwords; AWS
+access key ids; ``sk-`` keys."""
+
+
+def environment_secrets(environ: dict[str, str] | None = None) -> list[str]:
+    """Values of the environment's variables whose names look secret (8 characters or more)."""
+    environ = os.environ if environ is None else environ
+    return [v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8]
+
+
+def redact(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with ``secrets`` (default: ``environment_secrets()``) and secret shapes
+    (``name=value`` for secret-looking names, bearer tokens, URL passwords, AWS access key
+    ids, ``sk-`` keys) masked."""
+    for secret in sorted(environment_secrets() if secrets is None else secrets,
+                         key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    for pattern, replacement in _SHAPES:
+        text = pattern.sub(replacement, text)
+    return text
