@@ -115,6 +115,7 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/rollouts/bench_difficulty_rollouts.py
 	$(PY) bench/rollouts/bench_rollout_replay.py
 	$(PY) bench/rollouts/bench_rollout_compile_payback.py
+	$(PY) bench/rollouts/bench_protocol.py
 	$(PY) bench/updates/bench_train.py --cpu-bf16
 	$(PY) bench/updates/bench_update.py
 	$(PY) bench/updates/bench_compile_payback.py

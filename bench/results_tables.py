@@ -506,6 +506,14 @@ def retrieval_server_table(report: dict) -> Table:
              f"{report['big_request_queries']:,}-query request", "mean batch (queries)"], rows)
 
 
+def protocol_table(report: dict) -> Table:
+    """bench/rollouts/bench_protocol.py: the tag parser's time on malformed output as it grows."""
+    return (["shape", "chars at 4n", "ms at n", "at 2n", "at 4n", "n → 4n (4.0 = linear)"],
+            [[name, f"{shape['runs'][-1]['chars']:,}",
+              *(f"{1000 * r['seconds']:.2f}" for r in shape["runs"]),
+              f"{shape['growth_n_to_4n']:.1f}×"] for name, shape in report["shapes"].items()])
+
+
 def embed_memory_table(report: dict) -> Table:
     """bench/retrieval/bench_embed_memory.py: `advrag embed`'s peak memory as the corpus grows,
     beside the corpus's and the embeddings' sizes (the last two columns relative to the first
@@ -581,7 +589,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
-    "retrieval_server": retrieval_server_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
+    "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
 }
 """Kind (``:view``) → its table."""
 

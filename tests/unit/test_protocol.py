@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,25 +118,26 @@ def test_first_and_last_content():
     assert last_content("<answer> </answer>", "answer") is None
 
 
-def test_extremely_long_and_pathological_inputs_are_fast():
-    inputs = [
-        "x" * 1_000_000 + "<answer>y</answer>",
-        "<" * 200_000,
-        "< " * 100_000 + "/" * 1000,
-        "<a>" * 20_000,
-        "<answer>x" * 20_000,
-        "<think>" * 20_000 + "</think>",
-        "</search>" * 20_000,
-        "<" + " " * 200_000,
-        "<" + "a" * 200_000,
-    ]
-    start = time.perf_counter()
-    steps = [parse_step(text, ACTIONS) for text in inputs]
-    assert time.perf_counter() - start < 5.0
+PATHOLOGICAL = [  # shapes that make naive tag parsers quadratic or recursive
+    "x" * 1_000_000 + "<answer>y</answer>",
+    "<" * 200_000,
+    "< " * 100_000 + "/" * 1000,
+    "<a>" * 20_000,
+    "<answer>x" * 20_000,
+    "<think>" * 20_000 + "</think>",
+    "</search>" * 20_000,
+    "<" + " " * 200_000,
+    "<" + "a" * 200_000,
+]
+
+
+def test_extremely_long_and_pathological_inputs_are_parsed():
+    """Their speed is measured in bench/rollouts/bench_protocol.py (never a timed test)."""
+    steps = [parse_step(text, ACTIONS) for text in PATHOLOGICAL]
     assert steps[0].content == "y"
     assert all(s.kind == INVALID for s in steps[1:])
     assert len(steps[3].error) < 1000  # problems are de-duplicated and capped
-    assert last_content(inputs[4], "answer") == "x"  # unclosed content stops at the next tag
+    assert last_content(PATHOLOGICAL[4], "answer") == "x"  # unclosed content stops at the next tag
 
 
 _FRAGMENTS = [
