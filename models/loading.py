@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from advrag.common.device import pick_device
-from advrag.common.fileio import atomic_dir
+from advrag.common.fileio import atomic_dir, file_sha256
 
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -119,7 +119,7 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> str:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file {path} does not exist.")
-        target = cache / ("gguf-" + path.stem.lower())
+        target = cache / f"gguf-{path.stem.lower()}-{file_sha256(path)[:16]}"  # by content
         if not (target / "config.json").is_file():
             convert_gguf(path.resolve(), target)
         return str(target)

@@ -9,6 +9,7 @@ behind: ``remove_leftovers`` clears those when the next run starts.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -119,3 +120,12 @@ def atomic_write_text(path: str | os.PathLike, chunks: Iterable[str]) -> None:
         handle.writelines(chunks)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from advrag.common.fileio import file_sha256
 from advrag.common.redact import redact
 
 if TYPE_CHECKING:
@@ -106,15 +107,7 @@ def _same_bytes(a: Path, b: Path) -> bool:
     """Whether two files hold the same bytes (sizes first, then SHA-256)."""
     if a.stat().st_size != b.stat().st_size:
         return False
-    return _sha256(a) == _sha256(b)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while piece := handle.read(1 << 20):
-            digest.update(piece)
-    return digest.hexdigest()
+    return file_sha256(a) == file_sha256(b)
 
 
 DATA_PARAMS = ("corpus", "dir")

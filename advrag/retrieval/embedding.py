@@ -31,7 +31,6 @@ whatever kernels the process has: retrieval reads the index, it never rebuilds i
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -44,7 +43,7 @@ import numpy as np
 from tqdm import tqdm
 
 from advrag.common.device import pick_device
-from advrag.common.fileio import atomic_file
+from advrag.common.fileio import atomic_file, file_sha256
 from advrag.retrieval._files import iter_corpus
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
@@ -225,15 +224,6 @@ def embed_corpus_file(
     os.replace(work, out)
     record.unlink()
     return n, job["dim"]
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file, read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while piece := handle.read(1 << 20):
-            digest.update(piece)
-    return digest.hexdigest()
 
 
 def rows_done(work: Path, record: Path, job: dict) -> int:

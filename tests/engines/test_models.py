@@ -57,3 +57,22 @@ def test_policy_loads_onto_the_device_asked_for(tiny_policy_dir, monkeypatch):
     monkeypatch.setenv("ADVRAG_DEVICE", "gpu")
     with pytest.raises(ValueError, match="'gpu' \\(from \\$ADVRAG_DEVICE\\)"):
         load_policy(str(tiny_policy_dir))
+
+
+def test_converted_gguf_files_are_cached_by_content_not_by_name(tmp_path):
+    """Two different files named model.gguf get two caches (named by their SHA-256), so a
+    replaced file is converted again instead of loading the old weights."""
+    import hashlib
+
+    cache = tmp_path / "cache"
+    targets = []
+    for folder, content in (("a", b"first weights"), ("b", b"second weights")):
+        gguf = tmp_path / folder / "model.gguf"
+        gguf.parent.mkdir()
+        gguf.write_bytes(content)
+        expected = cache / f"gguf-model-{hashlib.sha256(content).hexdigest()[:16]}"
+        expected.mkdir(parents=True)
+        (expected / "config.json").write_text("{}")  # as if converted: nothing to convert here
+        targets.append(resolve_model_dir(str(gguf), cache_dir=cache))
+        assert targets[-1] == str(expected)
+    assert targets[0] != targets[1]
