@@ -39,3 +39,29 @@ def running_server(handler: type[QuietHandler]) -> Iterator[ThreadingHTTPServer]
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serving_app(app) -> Iterator[str]:
+    """An ASGI ``app`` (a real server of ours) under uvicorn in a thread on a free loopback
+    port; its base URL."""
+    import socket
+    import time
+
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start within 15 s"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -7,12 +7,11 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
+from stand_in_http import serving_app
 
 from advrag.retrieval.bm25 import BM25Index, build_bm25_dir
 from advrag.retrieval.retriever import (
@@ -60,31 +59,11 @@ def local(index_dir) -> BM25Retriever:
     return BM25Retriever(BM25Index.load(index_dir), read_passages(index_dir / "passages.jsonl"))
 
 
-@contextmanager
-def running(app):
-    """``app`` served by uvicorn in a thread on a free loopback port; its base URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 15 s"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def url(local):
     """The BM25 retriever served with default topk 2 and small limits: 4 queries a request,
     40 characters a query."""
-    with running(create_app(local, default_topk=2,
+    with serving_app(create_app(local, default_topk=2,
                             limits=ServerLimits(max_queries=4, max_query_chars=40))) as base:
         yield base
 
@@ -119,7 +98,7 @@ def test_the_client_splits_what_the_server_caps(url, local):
 
 
 def test_metrics_count_requests_queries_and_batches(local):
-    with running(create_app(local)) as base:
+    with serving_app(create_app(local)) as base:
         for queries in (["loom"], ["maps", "moons"]):
             httpx.post(f"{base}/retrieve", json={"queries": queries})
         httpx.post(f"{base}/retrieve", json={"queries": []})  # a 422
@@ -153,7 +132,7 @@ class Slow:
 
 def test_a_request_waiting_past_the_timeout_is_a_504(local):
     app = create_app(Slow(local, 1.0), limits=ServerLimits(timeout_s=0.2))
-    with running(app) as base:
+    with serving_app(app) as base:
         started = time.monotonic()
         response = httpx.post(f"{base}/retrieve", json={"queries": ["loom"]})
         assert response.status_code == 504 and time.monotonic() - started < 0.9

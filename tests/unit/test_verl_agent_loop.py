@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
-from contextlib import contextmanager
 
 import pytest
 from fakes import ScriptedGenerator, cut_after_stop
+from stand_in_http import serving_app
 
 pytest.importorskip("verl", reason="verl is not installed here: run `make verl`")
 
@@ -66,31 +64,9 @@ def retriever(tmp_path_factory):
                          read_passages(directory / "index" / "passages.jsonl"))
 
 
-@contextmanager
-def serving(app):
-    """``app`` on a free loopback port, in a thread; its URL."""
-    import socket
-
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def server_url(retriever):
-    with serving(create_app(retriever)) as url:
+    with serving_app(create_app(retriever)) as url:
         yield url
 
 
@@ -175,7 +151,7 @@ def test_an_episode_is_the_local_loops_with_only_the_policy_in_the_mask(
 def test_ur2_summaries_and_fallbacks_come_through_as_the_local_loop_shows_them(
         tokenizer, retriever, query):
     rules = {**SCRIPT, "Who wrote Hamlet?<|im_end|>": f"<search> {query} </search>"}
-    with serving(create_app(retriever, summariser=Summarising())) as url:
+    with serving_app(create_app(retriever, summariser=Summarising())) as url:
         output, _ = episode(tokenizer, url, "Who wrote Hamlet?", rules=rules)
     spans_ = spans(tokenizer, output)
     assert spans_ == local_episode(tokenizer, retriever, "Who wrote Hamlet?",
