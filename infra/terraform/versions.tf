@@ -1,6 +1,6 @@
 terraform {
-  # 1.5+: `check` blocks, `import` blocks and the validation functions used here.
-  required_version = ">= 1.5.0, < 2.0.0"
+  # 1.10+: the S3 backend's lock file (use_lockfile); `check` and `import` blocks.
+  required_version = ">= 1.10.0, < 2.0.0"
 
   required_providers {
     aws = {
@@ -13,13 +13,13 @@ terraform {
     }
   }
 
-  # State holds the generated database password: keep it in an encrypted, versioned,
-  # access-restricted remote backend. Fill in and uncomment (see docs/infrastructure.md).
-  # backend "s3" {
-  #   bucket       = "my-terraform-state"
-  #   key          = "advrag/terraform.tfstate"
-  #   region       = "us-east-1"
-  #   encrypt      = true
-  #   use_lockfile = true
-  # }
+  # State holds the generated database password: it lives in an encrypted S3 backend, locked
+  # by a lock file beside it while a plan or apply runs (Terraform 1.10+). Name the bucket and
+  # region at init: terraform init -backend-config="bucket=<state bucket>" \
+  #   -backend-config="region=<region>" (docs/infrastructure.md).
+  backend "s3" {
+    key          = "advrag/terraform.tfstate"
+    encrypt      = true
+    use_lockfile = true
+  }
 }

@@ -75,6 +75,47 @@ data "aws_iam_policy_document" "this" {
       resources = statement.value
     }
   }
+
+  # AmazonSSMManagedInstanceCore (Session Manager) allows ssm:GetParameter* on every
+  # parameter; an explicit deny wins over it: no parameter but this instance's own.
+  statement {
+    sid    = "DenyOtherParameters"
+    effect = "Deny"
+    actions = [
+      "ssm:GetParameter",
+      "ssm:GetParameters",
+      "ssm:GetParametersByPath",
+      "ssm:GetParameterHistory",
+    ]
+    not_resources = length(var.ssm_parameter_arns) == 0 ? [local.no_parameter] : var.ssm_parameter_arns
+  }
+
+  # The project key also encrypts other instances' parameters: decrypting one of them is
+  # refused by its encryption context (SSM names the parameter there), so the key serves
+  # S3 and the logs and only this instance's own parameters.
+  statement {
+    sid       = "DenyOtherParametersKeyUse"
+    effect    = "Deny"
+    actions   = ["kms:Decrypt"]
+    resources = [var.kms_key_arn]
+
+    condition {
+      test     = "Null"
+      variable = "kms:EncryptionContext:PARAMETER_ARN"
+      values   = ["false"]
+    }
+
+    condition {
+      test     = "StringNotEquals"
+      variable = "kms:EncryptionContext:PARAMETER_ARN"
+      values   = length(var.ssm_parameter_arns) == 0 ? [local.no_parameter] : var.ssm_parameter_arns
+    }
+  }
+}
+
+locals {
+  # An ARN no parameter has: with no parameter of its own, the denies above cover them all.
+  no_parameter = "arn:${data.aws_partition.current.partition}:ssm:::parameter/advrag-none"
 }
 
 resource "aws_iam_role_policy" "this" {
