@@ -35,7 +35,15 @@ def build(recipe: Recipe, start_model: str) -> None:
 
 @task(cache_policy=NO_CACHE)
 def resume(recipe: Recipe) -> int:
-    """Resume from the newest checkpoint, if any; the next step to run."""
+    """Resume from the newest checkpoint, if any (with ``ADVRAG_ARTIFACT_BUCKET`` set, the
+    bucket's newer ones pulled first: a fresh machine resumes a lost one's run); the next
+    step to run."""
+    from advrag.engines.local.checkpoint_store import CheckpointStore
+
+    store = CheckpointStore.from_environment()
+    if store is not None:
+        for name in recipe.trainers:
+            store.pull(recipe.trainers.directory(recipe.config.checkpoint_dir, name))
     return recipe.resume()
 
 
@@ -47,9 +55,15 @@ def train_step(recipe: Recipe, retriever, step: int, records: list[QARecord]) ->
 
 @task(cache_policy=NO_CACHE)
 def save_checkpoint(recipe: Recipe, run_id: str, next_step: int) -> None:
-    """Checkpoint every agent after ``next_step`` updates and log the checkpoints."""
+    """Checkpoint every agent after ``next_step`` updates and log the checkpoints (and, with
+    ``ADVRAG_ARTIFACT_BUCKET`` set, mirror them to the bucket)."""
+    from advrag.engines.local.checkpoint_store import CheckpointStore
+
+    store = CheckpointStore.from_environment()
     for artifact_path, path in recipe.save(next_step).items():
         tracking.log_artifacts(run_id, path, artifact_path)
+        if store is not None:
+            store.push(path)
 
 
 @task(cache_policy=NO_CACHE)

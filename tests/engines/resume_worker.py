@@ -25,6 +25,7 @@ import torch
 from advrag.common.types import Passage
 from advrag.datasets.records import QARecord, read_jsonl
 from advrag.engines.local.checkpoint import latest_checkpoint
+from advrag.engines.local.checkpoint_store import CheckpointStore
 from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, seed_everything
@@ -82,6 +83,7 @@ def run(
     position: int,
     until: int,
     checkpoint_root: Path | None = None,
+    store: CheckpointStore | None = None,
 ) -> dict[int, dict[str, float]]:
     """Train until ``trainer.step == until``, reading records from ``position`` on."""
     metrics = {}
@@ -94,7 +96,9 @@ def run(
         metrics[trainer.step] = {k: v for k, v in step_metrics.items() if k not in TIMING_METRICS}
         position += RECORDS_PER_STEP
         if checkpoint_root is not None and trainer.step % CHECKPOINT_EVERY == 0:
-            trainer.save(checkpoint_root, data_position=position, keep_last=2)
+            saved = trainer.save(checkpoint_root, data_position=position, keep_last=2)
+            if store is not None:
+                store.push(saved)
             print(f"checkpointed {trainer.step}", flush=True)
     return metrics
 
@@ -117,8 +121,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     trainer, generator = build(args.model_dir, lora=False)
+    store = CheckpointStore.from_environment()  # ADVRAG_ARTIFACT_BUCKET: mirrored to S3
     position = 0
     if args.resume:
+        if store is not None:
+            store.pull(args.checkpoints)
         position = trainer.resume(latest_checkpoint(args.checkpoints))["data_position"]
     metrics = run(
         trainer,
@@ -127,6 +134,7 @@ def main() -> None:
         position=position,
         until=args.until,
         checkpoint_root=args.checkpoints,
+        store=store,
     )
     while args.hang:
         time.sleep(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -208,3 +209,55 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before_exactly(
     later, _ = build(tiny_policy_dir, lora=True)
     with pytest.raises(CorruptCheckpoint, match="no checkpoint under .* can be read back"):
         AgentTrainers({"reasoner": later}).resume(tmp_path)
+
+
+def test_a_run_whose_machine_is_lost_resumes_from_the_bucket_exactly(
+    tiny_policy_dir, small_world_dir, tmp_path, uninterrupted
+):
+    """Checkpoints mirrored to S3 (moto's server): the worker is killed after step 2's
+    checkpoint, its local checkpoints are deleted with its disk, a fresh start pulls step 2
+    from the bucket, and steps 3 and 4 equal the uninterrupted run's, bit for bit."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from safetensors.torch import load_file
+
+    from advrag.engines.local.checkpoint_store import MARKER
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    try:
+        host, port = moto.get_host_and_port()
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+               "AWS_CONFIG_FILE": str(tmp_path / "none"),
+               "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+               "ADVRAG_ARTIFACT_BUCKET": "advrag-test-artifacts"}
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket="advrag-test-artifacts")
+        checkpoints, out = tmp_path / "disk" / "checkpoints", tmp_path / "out"
+        args = [sys.executable, str(WORKER), str(tiny_policy_dir), str(small_world_dir),
+                str(checkpoints), str(out)]
+        worker = subprocess.Popen([*args, "--until", "3", "--hang"], stdout=subprocess.PIPE,
+                                  text=True, cwd=tmp_path, env=env)
+        try:
+            for line in worker.stdout:
+                if line.startswith("checkpointed 2"):
+                    break
+            os.kill(worker.pid, signal.SIGKILL)
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="advrag-test-artifacts")["Contents"]}
+        assert f"checkpoints/disk/checkpoints/step-00000002/{MARKER}" in keys
+        shutil.rmtree(tmp_path / "disk")  # the instance and its disk are gone
+
+        subprocess.run([*args, "--until", "4", "--resume"], check=True, timeout=300, cwd=tmp_path,
+                       env=env, stdout=subprocess.DEVNULL)
+    finally:
+        moto.stop()
+    want_metrics, want_params = uninterrupted(False)
+    got_metrics = {int(k): v for k, v in json.loads((out / "metrics.json").read_text()).items()}
+    assert got_metrics == {3: want_metrics[3], 4: want_metrics[4]}
+    got_params = load_file(out / "params.safetensors")
+    assert all(torch.equal(got_params[n], want_params[n]) for n in want_params)

@@ -102,3 +102,25 @@ def test_rex_rag_exploration_trains_logs_its_metrics_and_checkpoints_its_keep_ra
     newest = list_checkpoints(tmp_path / "ckpt")[-1]
     state = json.loads((newest / "state.json").read_text())
     assert state["extra"]["recipe_state"]["keep_ratio"] <= 0.3
+
+
+def test_checkpoints_go_to_the_bucket_and_a_fresh_machine_resumes_from_it(
+        prefect_server, s3, tmp_path, monkeypatch, small_world_dir, small_index_dir,
+        tiny_policy_dir):
+    """With ADVRAG_ARTIFACT_BUCKET set (moto's S3), each checkpoint is mirrored; with the local
+    checkpoints gone (a new instance), the rerun pulls the newest and resumes after it."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("ADVRAG_ARTIFACT_BUCKET", "advrag-ckpt-test")
+    s3.client.create_bucket(Bucket="advrag-ckpt-test")
+    first = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
+    assert first["steps_run"] == 2
+    assert {"checkpoints/ckpt/step-00000001/COMPLETE", "checkpoints/ckpt/step-00000002/COMPLETE",
+            "checkpoints/ckpt/step-00000002/state.json"} <= s3.keys("advrag-ckpt-test")
+    shutil.rmtree(tmp_path / "ckpt")  # the instance and its disk are gone; the warm-up too
+    second = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 3))
+    assert second["steps_run"] == 1  # updates 1 and 2 came from the bucket
+    assert [p.name for p in list_checkpoints(tmp_path / "ckpt")][-1] == "step-00000003"

@@ -1,0 +1,90 @@
+"""Checkpoints mirrored to S3, so a run survives losing its machine (a reclaimed spot worker).
+
+Checkpoints are written to the instance's disk (``checkpoint.save_checkpoint``), which goes
+with the instance. With ``ADVRAG_ARTIFACT_BUCKET`` set (the GPU workers' environment), each
+checkpoint is also uploaded to ``s3://<bucket>/checkpoints/<its root>/step-N/`` with a
+``COMPLETE`` marker written last, and the remote steps the local pruning dropped are deleted;
+before a resume, complete remote steps missing locally are downloaded (each directory
+atomically), so a fresh instance resumes from the newest one. A step without its marker (an
+upload cut short) is never pulled. ``<its root>`` is the checkpoint root relative to the
+working directory (the checkout), so the same config finds the same prefix on any worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from advrag.common.fileio import atomic_dir
+from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkpoints
+
+BUCKET_ENV = "ADVRAG_ARTIFACT_BUCKET"
+MARKER = "COMPLETE"
+
+
+class CheckpointStore:
+    """The checkpoints of any root, mirrored under ``s3://bucket/prefix/`` (module docstring)."""
+
+    def __init__(self, bucket: str, prefix: str = "checkpoints", client: Any = None) -> None:
+        import boto3
+
+        self.bucket, self.prefix = bucket.removeprefix("s3://").strip("/"), prefix.strip("/")
+        self.client = client or boto3.client("s3")
+
+    @classmethod
+    def from_environment(cls) -> CheckpointStore | None:
+        """The store ``ADVRAG_ARTIFACT_BUCKET`` names, or None when it is unset."""
+        bucket = os.environ.get(BUCKET_ENV)
+        return cls(bucket) if bucket else None
+
+    def _root_key(self, root: Path) -> str:
+        """The key prefix of checkpoint root ``root``."""
+        root = Path(root).absolute()
+        try:
+            relative = root.relative_to(Path.cwd())
+        except ValueError:
+            relative = root.relative_to(root.anchor)
+        return f"{self.prefix}/{relative.as_posix()}"
+
+    def _remote_steps(self, root: Path) -> dict[int, set[str]]:
+        """Remote step → its object keys, for every step under ``root``'s prefix."""
+        base, steps = self._root_key(root) + "/", {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                      Prefix=base)
+        for obj in (o for page in pages for o in page.get("Contents", [])):
+            step = checkpoint_step(Path(obj["Key"][len(base):].split("/", 1)[0]))
+            if step is not None:
+                steps.setdefault(step, set()).add(obj["Key"])
+        return steps
+
+    def push(self, checkpoint: Path) -> None:
+        """Upload ``checkpoint`` (a ``step-N`` directory), its marker last; then delete the
+        remote steps its root no longer keeps."""
+        checkpoint = Path(checkpoint)
+        base = f"{self._root_key(checkpoint.parent)}/{checkpoint.name}"
+        for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+            self.client.upload_file(str(path), self.bucket,
+                                    f"{base}/{path.relative_to(checkpoint).as_posix()}")
+        self.client.put_object(Bucket=self.bucket, Key=f"{base}/{MARKER}", Body=b"")
+        kept = {checkpoint_step(p) for p in list_checkpoints(checkpoint.parent)}
+        for step, keys in self._remote_steps(checkpoint.parent).items():
+            if step not in kept:
+                for key in sorted(keys, key=lambda k: k.endswith(MARKER), reverse=True):
+                    self.client.delete_object(Bucket=self.bucket, Key=key)  # marker first
+
+    def pull(self, root: Path) -> list[Path]:
+        """Download every complete remote step ``root`` lacks; the directories written."""
+        root, pulled = Path(root), []
+        local = {checkpoint_step(p) for p in list_checkpoints(root)}
+        for step, keys in sorted(self._remote_steps(root).items()):
+            base = f"{self._root_key(root)}/{PREFIX}{step:08d}/"
+            if step in local or base + MARKER not in keys:
+                continue
+            with atomic_dir(root / f"{PREFIX}{step:08d}") as tmp:
+                for key in sorted(keys - {base + MARKER}):
+                    target = tmp / key[len(base):]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    self.client.download_file(self.bucket, key, str(target))
+            pulled.append(root / f"{PREFIX}{step:08d}")
+        return pulled
