@@ -20,7 +20,7 @@ from advrag.tasks import tracking
 DEFAULT_CONFIG = "configs/nightly.yaml"
 
 
-@flow(name="nightly", log_prints=True)
+@flow(name="nightly", log_prints=True, retries=1, retry_delay_seconds=60)
 def nightly(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
     """Data refresh → GX gate → dvc repro → warm-up → discriminator SFT → joint RL → benchmark
     → promotion gates, as one pipeline run named ``nightly``."""

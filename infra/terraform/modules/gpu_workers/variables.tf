@@ -71,7 +71,7 @@ variable "root_volume_size_gb" {
 }
 
 variable "use_spot" {
-  description = "Run workers on spot capacity (about a third of the on-demand price; a run can be interrupted with two minutes' notice and is retried by Prefect)."
+  description = "Run workers on spot capacity (about a third of the on-demand price; a run can be interrupted with two minutes' notice; the next run resumes from the checkpoints in the bucket)."
   type        = bool
   default     = false
 }
