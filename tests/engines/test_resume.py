@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -217,16 +218,22 @@ def test_a_run_whose_machine_is_lost_resumes_from_the_bucket_exactly(
     """Checkpoints mirrored to S3 (moto's server): the worker is killed after step 2's
     checkpoint, its local checkpoints are deleted with its disk, a fresh start pulls step 2
     from the bucket, and steps 3 and 4 equal the uninterrupted run's, bit for bit."""
+    import socket
+
     import boto3
-    from moto.server import ThreadedMotoServer
     from safetensors.torch import load_file
 
     from advrag.engines.local.checkpoint_store import MARKER
 
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # moto's S3 in its own process: its Flask must not load into this one, where vLLM's
+    # engine start walks every loaded module and trips over Flask's context proxies
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = "127.0.0.1"
     try:
-        host, port = moto.get_host_and_port()
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
                "AWS_CONFIG_FILE": str(tmp_path / "none"),
@@ -234,7 +241,12 @@ def test_a_run_whose_machine_is_lost_resumes_from_the_bucket_exactly(
                "ADVRAG_ARTIFACT_BUCKET": "advrag-test-artifacts"}
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
                           aws_access_key_id="testing", aws_secret_access_key="testing")
-        s3.create_bucket(Bucket="advrag-test-artifacts")
+        for _ in range(100):  # until the server answers
+            try:
+                s3.create_bucket(Bucket="advrag-test-artifacts")
+                break
+            except Exception:  # noqa: BLE001 (not listening yet)
+                time.sleep(0.1)
         checkpoints, out = tmp_path / "disk" / "checkpoints", tmp_path / "out"
         args = [sys.executable, str(WORKER), str(tiny_policy_dir), str(small_world_dir),
                 str(checkpoints), str(out)]
@@ -255,7 +267,8 @@ def test_a_run_whose_machine_is_lost_resumes_from_the_bucket_exactly(
         subprocess.run([*args, "--until", "4", "--resume"], check=True, timeout=300, cwd=tmp_path,
                        env=env, stdout=subprocess.DEVNULL)
     finally:
-        moto.stop()
+        moto.kill()
+        moto.wait(timeout=30)
     want_metrics, want_params = uninterrupted(False)
     got_metrics = {int(k): v for k, v in json.loads((out / "metrics.json").read_text()).items()}
     assert got_metrics == {3: want_metrics[3], 4: want_metrics[4]}
