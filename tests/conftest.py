@@ -26,6 +26,28 @@ for key, value in {
     os.environ.setdefault(key, value)
 
 
+_FREE_AT_START = pytest.StashKey[str]()
+
+
+def _free_disk(config) -> str:
+    """Free disk where the suite writes: its tmp dirs, and the repo (venv, caches)."""
+    import tempfile
+    places = {"tmp": Path(tempfile.gettempdir()), "repo": Path(config.rootpath)}
+    return ", ".join(f"{name} {shutil.disk_usage(path).free / 2**30:.1f} GiB"
+                     for name, path in places.items())
+
+
+def pytest_configure(config) -> None:
+    config.stash[_FREE_AT_START] = _free_disk(config)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """A run that fills the disk fails as a wall of fixture errors; these lines say why. The
+    suite needs about 2 GiB beyond its venv (one model conversion, the infra tools' venvs)."""
+    terminalreporter.write_line(f"free disk at the start: {config.stash[_FREE_AT_START]}; "
+                                f"at the end: {_free_disk(config)}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefect_servers_stopped_before_exit():
     """Stop Prefect's temporary API servers (a flow or task run outside a test harness starts
