@@ -56,6 +56,7 @@ module "tracking_server" {
   db_instance_class      = var.db_instance_class
   db_multi_az            = var.db_multi_az
   db_deletion_protection = var.db_deletion_protection
+  secrets_version        = var.secrets_version
   log_retention_days     = var.log_retention_days
 }
 
@@ -73,15 +74,18 @@ module "gpu_workers" {
   use_spot                     = var.worker_use_spot
   spot_max_price               = var.worker_spot_max_price
 
-  project_repo_url              = var.project_repo_url
-  project_git_ref               = var.project_git_ref
-  prefect_api_url               = var.prefect_api_url
-  prefect_api_key_ssm_parameter = var.prefect_api_key_ssm_parameter
-  prefect_work_pool             = var.prefect_work_pool
-  prefect_api_cidr_blocks       = var.prefect_api_cidr_blocks
-  prefect_api_port              = var.prefect_api_port
+  project_repo_url                  = var.project_repo_url
+  project_git_ref                   = var.project_git_ref
+  prefect_api_url                   = var.prefect_api_url
+  prefect_api_key_ssm_parameter     = var.prefect_api_key_ssm_parameter
+  prefect_auth_string_ssm_parameter = var.prefect_auth_string_ssm_parameter
+  prefect_work_pool                 = var.prefect_work_pool
+  prefect_api_cidr_blocks           = var.prefect_api_cidr_blocks
+  prefect_api_port                  = var.prefect_api_port
 
   mlflow_tracking_uri               = module.tracking_server.tracking_uri
+  mlflow_username                   = module.tracking_server.admin_username
+  mlflow_password_ssm_parameter     = module.tracking_server.admin_password_parameter
   tracking_server_security_group_id = module.tracking_server.security_group_id
 
   artifact_bucket_name = module.artifact_bucket.bucket_name

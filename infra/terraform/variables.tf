@@ -56,18 +56,23 @@ variable "project_repo_url" {
 }
 
 variable "project_git_ref" {
-  description = "Branch, tag or commit the GPU workers run."
+  description = "Commit (40 hex digits) the GPU workers run; a branch or tag is refused."
   type        = string
-  default     = "main"
 }
 
 variable "prefect_api_url" {
-  description = "Prefect API URL the GPU workers poll (self-hosted server or Prefect Cloud workspace)."
+  description = "HTTPS Prefect API URL the GPU workers poll (Prefect Cloud workspace, or a self-hosted server behind a TLS proxy)."
   type        = string
 }
 
 variable "prefect_api_key_ssm_parameter" {
-  description = "Name of an existing SSM SecureString parameter with a Prefect Cloud API key; \"\" for a server without auth."
+  description = "Name of an existing SSM SecureString parameter with a Prefect Cloud API key; \"\" for a self-hosted server."
+  type        = string
+  default     = ""
+}
+
+variable "prefect_auth_string_ssm_parameter" {
+  description = "Name of an existing SSM SecureString parameter with a self-hosted Prefect server's auth string (user:password); \"\" for Prefect Cloud."
   type        = string
   default     = ""
 }
@@ -146,6 +151,12 @@ variable "mlflow_version" {
   description = "MLflow version on the tracking server (match the project's client version)."
   type        = string
   default     = "3.17.2"
+}
+
+variable "secrets_version" {
+  description = "Version of the MLflow database and admin passwords (generated, never in state): raise by one to rotate them."
+  type        = number
+  default     = 1
 }
 
 variable "db_instance_class" {

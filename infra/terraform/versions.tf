@@ -1,6 +1,7 @@
 terraform {
-  # 1.10+: the S3 backend's lock file (use_lockfile); `check` and `import` blocks.
-  required_version = ">= 1.10.0, < 2.0.0"
+  # 1.11+: write-only arguments (the generated passwords never reach state); 1.10+: the S3
+  # backend's lock file (use_lockfile) and ephemeral resources.
+  required_version = ">= 1.11.0, < 2.0.0"
 
   required_providers {
     aws = {
@@ -9,12 +10,12 @@ terraform {
     }
     random = {
       source  = "hashicorp/random"
-      version = ">= 3.6, < 4.0"
+      version = ">= 3.7, < 4.0"
     }
   }
 
-  # State holds the generated database password: it lives in an encrypted S3 backend, locked
-  # by a lock file beside it while a plan or apply runs (Terraform 1.10+). Name the bucket and
+  # State holds no password (write-only arguments), but names every resource: it lives in an
+  # encrypted S3 backend, locked by a lock file beside it while a plan or apply runs. Name the bucket and
   # region at init: terraform init -backend-config="bucket=<state bucket>" \
   #   -backend-config="region=<region>" (docs/infrastructure.md).
   backend "s3" {

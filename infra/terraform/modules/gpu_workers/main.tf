@@ -19,9 +19,15 @@ locals {
 
   instance_types = distinct(concat([var.instance_type], var.spot_fallback_instance_types))
 
-  # The Prefect Cloud API key's parameter, when there is one: the only secret a worker reads.
-  prefect_api_key_arns = var.prefect_api_key_ssm_parameter == "" ? [] : [
-    "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:parameter/${trimprefix(var.prefect_api_key_ssm_parameter, "/")}",
+  # The secrets a worker reads: the MLflow password and the Prefect API key or auth string.
+  secret_parameters = compact([
+    var.mlflow_password_ssm_parameter,
+    var.prefect_api_key_ssm_parameter,
+    var.prefect_auth_string_ssm_parameter,
+  ])
+  secret_parameter_arns = [
+    for name in local.secret_parameters :
+    "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:parameter/${trimprefix(name, "/")}"
   ]
 
   web_egress = {
@@ -30,15 +36,19 @@ locals {
   }
 
   user_data = templatefile("${path.module}/cloud-init.yaml.tftpl", {
-    project_repo_url              = var.project_repo_url
-    project_git_ref               = var.project_git_ref
-    prefect_api_url               = var.prefect_api_url
-    prefect_api_key_ssm_parameter = var.prefect_api_key_ssm_parameter
-    prefect_work_pool             = var.prefect_work_pool
-    prefect_worker_limit          = var.prefect_worker_limit
-    mlflow_tracking_uri           = var.mlflow_tracking_uri
-    artifact_bucket_name          = var.artifact_bucket_name
-    log_group_name                = module.role.log_group_name
+    project_repo_url                  = var.project_repo_url
+    project_git_ref                   = var.project_git_ref
+    prefect_api_url                   = var.prefect_api_url
+    prefect_api_key_ssm_parameter     = var.prefect_api_key_ssm_parameter
+    prefect_auth_string_ssm_parameter = var.prefect_auth_string_ssm_parameter
+    prefect_work_pool                 = var.prefect_work_pool
+    prefect_worker_limit              = var.prefect_worker_limit
+    mlflow_tracking_uri               = var.mlflow_tracking_uri
+    mlflow_username                   = var.mlflow_username
+    mlflow_password_ssm_parameter     = var.mlflow_password_ssm_parameter
+    artifact_bucket_name              = var.artifact_bucket_name
+    log_group_name                    = module.role.log_group_name
+    cloudwatch_agent_installer        = indent(6, chomp(module.role.cloudwatch_agent_installer))
   })
 }
 
@@ -100,7 +110,7 @@ module "role" {
   kms_key_arn         = var.kms_key_arn
   log_group_name      = "/${var.name_prefix}/gpu-workers"
   log_retention_days  = var.log_retention_days
-  ssm_parameter_arns  = local.prefect_api_key_arns
+  ssm_parameter_arns  = local.secret_parameter_arns
 }
 
 # ---------------------------------------------------------------- compute

@@ -88,20 +88,50 @@ variable "project_repo_url" {
 }
 
 variable "project_git_ref" {
-  description = "Branch, tag or commit the worker checks out."
+  description = "Commit (40 hex digits) the worker checks out: a branch or tag can move under a running fleet, a commit cannot."
   type        = string
-  default     = "main"
+
+  validation {
+    condition     = can(regex("^[0-9a-f]{40}$", var.project_git_ref))
+    error_message = "project_git_ref must be a full commit hash (git rev-parse HEAD), not a branch or tag."
+  }
 }
 
 variable "prefect_api_url" {
-  description = "Prefect API URL the worker polls, e.g. http://prefect.internal:4200/api or a Prefect Cloud workspace URL."
+  description = "Prefect API URL the worker polls over HTTPS: a Prefect Cloud workspace URL, or a self-hosted server behind a TLS proxy, e.g. https://prefect.internal/api."
   type        = string
+
+  validation {
+    condition     = startswith(var.prefect_api_url, "https://")
+    error_message = "prefect_api_url must be https://: the worker sends its API key or auth string with every request."
+  }
 }
 
 variable "prefect_api_key_ssm_parameter" {
-  description = "Name of an SSM SecureString parameter holding a Prefect API key (Prefect Cloud); \"\" for a self-hosted server without auth."
+  description = "Name of an SSM SecureString parameter holding a Prefect Cloud API key; \"\" for a self-hosted server (then set prefect_auth_string_ssm_parameter)."
   type        = string
   default     = ""
+}
+
+variable "prefect_auth_string_ssm_parameter" {
+  description = "Name of an SSM SecureString parameter holding the self-hosted Prefect server's auth string (user:password, its PREFECT_SERVER_API_AUTH_STRING); \"\" for Prefect Cloud."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = (var.prefect_auth_string_ssm_parameter == "") != (var.prefect_api_key_ssm_parameter == "")
+    error_message = "Set exactly one of prefect_api_key_ssm_parameter (Prefect Cloud) and prefect_auth_string_ssm_parameter (a self-hosted server): the worker never talks to an API without credentials."
+  }
+}
+
+variable "mlflow_username" {
+  description = "MLflow user the worker signs in as (the tracking server's basic auth)."
+  type        = string
+}
+
+variable "mlflow_password_ssm_parameter" {
+  description = "Name of the SSM SecureString parameter holding that user's password."
+  type        = string
 }
 
 variable "prefect_work_pool" {

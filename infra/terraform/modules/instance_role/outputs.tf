@@ -17,3 +17,8 @@ output "log_group_name" {
   description = "Name of the instance's CloudWatch log group."
   value       = aws_cloudwatch_log_group.this.name
 }
+
+output "cloudwatch_agent_installer" {
+  description = "Boot script that installs the CloudWatch agent once its package's signature checks out against Amazon's pinned key."
+  value       = file("${path.module}/install-cloudwatch-agent.sh")
+}

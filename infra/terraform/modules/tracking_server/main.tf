@@ -1,8 +1,9 @@
-# MLflow tracking server: one EC2 instance running `mlflow server` (systemd) with a
-# PostgreSQL backend store on RDS and proxied artefacts in the artefact bucket. The
-# database password is generated here, stored as an SSM SecureString, and read by the
-# server at start; it never appears in user data or on a command line.
-# Reach the UI through SSM port forwarding (see docs/infrastructure.md).
+# MLflow tracking server: one EC2 instance running `mlflow server --app-name basic-auth`
+# (systemd) with a PostgreSQL backend store on RDS and proxied artefacts in the artefact
+# bucket. Every request needs a user and password. The database and admin passwords are
+# generated for one apply and written only to the database and to SSM SecureStrings
+# (write-only arguments, Terraform 1.11+): neither state nor plan holds them, nor user data
+# or a command line. Reach the UI through SSM port forwarding (see docs/infrastructure.md).
 
 data "aws_ssm_parameter" "ami" {
   count = var.ami_id == null ? 1 : 0
@@ -12,28 +13,32 @@ data "aws_ssm_parameter" "ami" {
 data "aws_partition" "current" {}
 
 locals {
-  name      = "${var.name_prefix}-mlflow"
-  ami_id    = var.ami_id != null ? var.ami_id : data.aws_ssm_parameter.ami[0].insecure_value
-  db_name   = "mlflow"
-  db_user   = "mlflow"
-  db_family = "postgres${split(".", var.db_engine_version)[0]}"
-  managed   = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
+  name       = "${var.name_prefix}-mlflow"
+  ami_id     = var.ami_id != null ? var.ami_id : data.aws_ssm_parameter.ami[0].insecure_value
+  db_name    = "mlflow"
+  db_user    = "mlflow"
+  admin_user = "admin"
+  db_family  = "postgres${split(".", var.db_engine_version)[0]}"
+  managed    = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
   web_egress = {
     for pair in setproduct(var.egress_cidr_blocks, [80, 443]) :
     "${pair[1]}-${pair[0]}" => { cidr = pair[0], port = pair[1] }
   }
 
   user_data = templatefile("${path.module}/cloud-init.yaml.tftpl", {
-    mlflow_version        = var.mlflow_version
-    mlflow_port           = var.mlflow_port
-    mlflow_workers        = var.mlflow_workers
-    artifacts_destination = "s3://${var.artifact_bucket_name}/${var.artifact_prefix}"
-    db_host               = aws_db_instance.this.address
-    db_port               = aws_db_instance.this.port
-    db_name               = local.db_name
-    db_user               = local.db_user
-    db_password_parameter = aws_ssm_parameter.db_password.name
-    log_group_name        = module.role.log_group_name
+    mlflow_version             = var.mlflow_version
+    mlflow_port                = var.mlflow_port
+    mlflow_workers             = var.mlflow_workers
+    artifacts_destination      = "s3://${var.artifact_bucket_name}/${var.artifact_prefix}"
+    db_host                    = aws_db_instance.this.address
+    db_port                    = aws_db_instance.this.port
+    db_name                    = local.db_name
+    db_user                    = local.db_user
+    db_password_parameter      = aws_ssm_parameter.db_password.name
+    admin_user                 = local.admin_user
+    admin_password_parameter   = aws_ssm_parameter.admin_password.name
+    log_group_name             = module.role.log_group_name
+    cloudwatch_agent_installer = indent(6, chomp(module.role.cloudwatch_agent_installer))
   })
 }
 
@@ -116,17 +121,35 @@ resource "aws_vpc_security_group_ingress_rule" "db_from_server" {
 
 # ---------------------------------------------------------------- database
 
-resource "random_password" "db" {
+# Ephemeral: generated when an apply needs it, never written to state or plan. The write-only
+# arguments below receive it only when var.secrets_version changes (the first apply, then
+# each deliberate rotation), so the database and its parameter always get the same value.
+ephemeral "random_password" "db" {
   length  = 40
   special = false # URL-safe: it goes into a postgresql:// URI unescaped
 }
 
+ephemeral "random_password" "admin" {
+  length  = 40
+  special = false
+}
+
 resource "aws_ssm_parameter" "db_password" {
-  name        = "/${var.name_prefix}/mlflow/db-password"
-  description = "Password of the MLflow PostgreSQL user"
-  type        = "SecureString"
-  key_id      = var.kms_key_arn
-  value       = random_password.db.result
+  name             = "/${var.name_prefix}/mlflow/db-password"
+  description      = "Password of the MLflow PostgreSQL user"
+  type             = "SecureString"
+  key_id           = var.kms_key_arn
+  value_wo         = ephemeral.random_password.db.result
+  value_wo_version = var.secrets_version
+}
+
+resource "aws_ssm_parameter" "admin_password" {
+  name             = "/${var.name_prefix}/mlflow/admin-password"
+  description      = "Password of the MLflow server's admin user (basic auth); the workers sign in with it"
+  type             = "SecureString"
+  key_id           = var.kms_key_arn
+  value_wo         = ephemeral.random_password.admin.result
+  value_wo_version = var.secrets_version
 }
 
 resource "aws_db_subnet_group" "this" {
@@ -188,9 +211,10 @@ resource "aws_db_instance" "this" {
   engine_version    = var.db_engine_version
   instance_class    = var.db_instance_class
 
-  db_name  = local.db_name
-  username = local.db_user
-  password = random_password.db.result
+  db_name             = local.db_name
+  username            = local.db_user
+  password_wo         = ephemeral.random_password.db.result
+  password_wo_version = var.secrets_version
 
   allocated_storage     = var.db_allocated_storage_gb
   max_allocated_storage = var.db_max_allocated_storage_gb
@@ -229,14 +253,14 @@ module "role" {
   source = "../instance_role"
 
   name                = local.name
-  description         = "MLflow tracking server: its artefact prefix, its password parameter, its log group, SSM"
+  description         = "MLflow tracking server: its artefact prefix, its two password parameters, its log group, SSM"
   policy_name         = "advrag-mlflow-server"
   artifact_bucket_arn = var.artifact_bucket_arn
   artifact_prefixes   = [var.artifact_prefix]
   kms_key_arn         = var.kms_key_arn
   log_group_name      = "/${var.name_prefix}/mlflow-server"
   log_retention_days  = var.log_retention_days
-  ssm_parameter_arns  = [aws_ssm_parameter.db_password.arn]
+  ssm_parameter_arns  = [aws_ssm_parameter.db_password.arn, aws_ssm_parameter.admin_password.arn]
 }
 
 resource "aws_instance" "server" {

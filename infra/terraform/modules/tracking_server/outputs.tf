@@ -23,6 +23,16 @@ output "db_password_parameter" {
   value       = aws_ssm_parameter.db_password.name
 }
 
+output "admin_password_parameter" {
+  description = "Name of the SSM SecureString parameter holding the MLflow admin password (basic auth)."
+  value       = aws_ssm_parameter.admin_password.name
+}
+
+output "admin_username" {
+  description = "MLflow user the workers sign in as."
+  value       = local.admin_user
+}
+
 output "log_group_name" {
   description = "CloudWatch log group with the MLflow server and cloud-init logs."
   value       = module.role.log_group_name

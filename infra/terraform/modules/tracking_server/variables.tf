@@ -156,3 +156,14 @@ variable "log_retention_days" {
   type        = number
   default     = 365
 }
+
+variable "secrets_version" {
+  description = "Version of the generated database and admin passwords: raise it by one to rotate both in the next apply (neither is ever stored in state)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.secrets_version >= 1 && floor(var.secrets_version) == var.secrets_version
+    error_message = "secrets_version is a whole number from 1; raise it by one to rotate the passwords."
+  }
+}

@@ -1,5 +1,6 @@
 terraform {
-  required_version = ">= 1.5.0, < 2.0.0"
+  # 1.11+: ephemeral random_password (random 3.7+) into write-only arguments.
+  required_version = ">= 1.11.0, < 2.0.0"
 
   required_providers {
     aws = {
@@ -8,7 +9,7 @@ terraform {
     }
     random = {
       source  = "hashicorp/random"
-      version = ">= 3.6, < 4.0"
+      version = ">= 3.7, < 4.0"
     }
   }
 }
