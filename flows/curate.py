@@ -19,6 +19,8 @@ def curate_flow(config: UR2Config, policy: str | None = None, parent: str | None
     """Curate ``config``'s training questions with ``policy`` (default: ``config.model``)."""
     from advrag.curation.curate import curate, level_histogram
 
+    if parent is None:  # on its own: the store of this environment (nested: the parent's)
+        tracking.configure()
     section = config.curate
     policy = policy or config.model
     retriever, records, heldout = curation.curation_data(config)
