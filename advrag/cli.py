@@ -31,6 +31,12 @@ ENV_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "PREFECT_HOME": str(Path(".prefect").resolve()),
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # Prefect's 20 s: too few when busy
+    # The temporary server Prefect starts for a command (no `advrag ui` running) serves no UI,
+    # so no web page has any business calling it: CORS answers no origin, and state changes
+    # need a CSRF token, which Prefect's client fetches (advrag.ops.scheduling.guarded does
+    # the same for the servers `advrag ui` and `advrag schedule` start).
+    "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": "",
+    "PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED": "true",
 }
 
 

@@ -42,3 +42,45 @@ def test_a_prefect_server_that_does_not_start_is_one_line_naming_the_fix(tmp_pat
     assert line.startswith("error: Prefect's temporary server did not answer within 1 s")
     assert f"{LIMIT}=600" in line and "`advrag ui`" in line
     assert not (tmp_path / ".mlflow").exists()  # nothing ran, nothing was written
+
+
+GUARDED_EPHEMERAL = """
+import json, httpx
+from advrag.cli import _environment
+_environment()
+from prefect import flow
+from prefect.server.api.server import SubprocessASGIServer
+
+server = SubprocessASGIServer()
+server.start()
+preflight = httpx.options(f"{server.api_url}/flows/", timeout=30, headers={
+    "Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type"})
+forged = httpx.post(f"{server.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
+                    headers={"Origin": "http://evil.example"})
+
+@flow
+def answer() -> int:
+    return 42
+
+print(json.dumps({"allow_origin": preflight.headers.get("access-control-allow-origin"),
+                  "forged": [forged.status_code, forged.json().get("detail")],
+                  "flow": answer(), "same_server": SubprocessASGIServer() is server}))
+server.stop()
+"""
+
+
+def test_the_temporary_prefect_server_of_a_command_refuses_every_web_page(tmp_path):
+    """Prefect's temporary server (a command run without `advrag ui`) answered CORS `*` and
+    took state changes without a CSRF token; a command now starts it refusing both, and the
+    flows of the command still run through it."""
+    import json
+
+    result = subprocess.run([sys.executable, "-c", GUARDED_EPHEMERAL], cwd=tmp_path,
+                            env=bare_env(PREFECT_HOME=str(tmp_path / "prefect")),
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["allow_origin"] is None
+    assert seen["forged"] == [403, "Missing CSRF token."]
+    assert seen["flow"] == 42 and seen["same_server"] is True
