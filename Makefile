@@ -24,7 +24,7 @@ export TOKENIZERS_PARALLELISM=false
 export NO_MKDOCS_2_WARNING=1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install vllm verl demo test docs bench ui lint clean
+.PHONY: install vllm verl demo test docs bench ui lint clean worker-lock
 
 # pip compiles every installed module to bytecode on one core; COMPILE does it with compileall on
 # every core (the install into a new venv here: 183 s with pip compiling, 69 s + 39 s this way).
@@ -131,6 +131,16 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/learning/bench_ur2.py
 	$(PY) bench/results_tables.py --readme
 	$(PY) -m mkdocs build --strict --site-dir site
+
+# The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
+# file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
+# installs it with --require-hashes. Rerun after changing a dependency (a test compares the files).
+UV := uv==0.13.9
+worker-lock: install
+	$(PY) -m pip install -q $(UV)
+	$(PY) -m uv pip compile infra/worker/requirements.in --python-version 3.12 \
+	  --python-platform x86_64-manylinux_2_35 --generate-hashes --no-header \
+	  --output-file infra/worker/requirements.lock
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

@@ -1,6 +1,7 @@
 """What the deployment must never let through: committed secret settings, a vLLM with a known
 flaw, an instance reading another's secrets, Terraform state outside a locked, encrypted
-backend (split from test_terraform.py, which stays under 800 lines)."""
+backend, a worker package whose files were not hash-checked (split from test_terraform.py,
+which stays under 800 lines)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import hcl2
+from packaging.utils import canonicalize_name
 from test_terraform import REPO, TF_ROOT, as_list, named
 
 
@@ -61,3 +63,67 @@ def test_state_lives_in_an_encrypted_locked_s3_backend():
     s3 = next(body for kind, body in backend.items() if kind.strip('"') == "s3")
     assert s3["encrypt"] is True and s3["use_lockfile"] is True
     assert "bucket" not in s3  # given at init: nothing account-specific committed
+
+
+WORKER = REPO / "infra" / "worker"
+
+
+def requirements(path: Path) -> list[str]:
+    """The requirement lines of a requirements file, without comments."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def locked(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name → (version, sha256 hashes) of a hash-locked file; each entry is ``name==version``
+    and its ``--hash`` lines (pip's --require-hashes format)."""
+    entries, current = {}, None
+    for line in path.read_text().splitlines():
+        if line and not line[0].isspace():
+            name, version = line.removesuffix(" \\").split("==")
+            current = entries.setdefault(canonicalize_name(name), (version, []))
+        elif line.strip().startswith("--hash=sha256:"):
+            current[1].append(line.strip().removesuffix(" \\").removeprefix("--hash=sha256:"))
+    return entries
+
+
+def test_the_worker_requirements_are_advrags_with_faiss_for_the_gpu():
+    """advrag's dependencies, its gpu and verl extras, faiss-gpu-cu12 for faiss-cpu and the
+    build backend: a dependency added to pyproject.toml and not to the worker fails here."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    expected = [r for r in project["project"]["dependencies"] if not r.startswith("faiss-cpu")]
+    expected += extras["gpu"] + extras["verl"] + ["faiss-gpu-cu12==1.14.1.post1"]
+    expected += project["build-system"]["requires"]
+    assert requirements(WORKER / "requirements.in") == expected
+
+
+def test_the_worker_lock_pins_and_hashes_every_package_the_requirements_ask_for():
+    from packaging.requirements import Requirement
+
+    lock = locked(WORKER / "requirements.lock")
+    assert len(lock) > 100  # the whole environment, transitive dependencies included
+    assert all(len(hashes) >= 1 and all(len(h) == 64 for h in hashes)
+               for _, hashes in lock.values())
+    for line in requirements(WORKER / "requirements.in"):
+        wanted = Requirement(line)
+        version, _ = lock[canonicalize_name(wanted.name)]
+        assert wanted.specifier.contains(version, prereleases=True), (line, version)
+    assert "faiss-cpu" not in lock  # one FAISS per environment
+    assert not Requirement("vllm<0.8.5").specifier.contains(lock["vllm"][0])
+
+
+def test_the_worker_installs_only_the_hashed_lock_and_advrag_without_dependencies():
+    from test_access import rendered_files
+
+    boot = rendered_files("gpu_workers")["/usr/local/sbin/advrag-bootstrap"]
+    installs = [line.strip() for line in boot.replace("\\\n", " ").splitlines()
+                if "pip install" in line]
+    assert [" ".join(i.split()) for i in installs] == [
+        "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --require-hashes --no-deps "
+        "-r /opt/advrag/src/infra/worker/requirements.lock",
+        "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --no-deps --no-build-isolation "
+        "-e /opt/advrag/src"]
+    assert "sys.version_info[:2] != (3, 12)" in boot  # the Python the lock was resolved for
