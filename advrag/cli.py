@@ -285,7 +285,8 @@ SERVER_LIMITS = ServerLimits()
 def serve_retriever(
     index_dir: Path = typer.Option(Path("processed/index"), help="Index directory to serve."),
     kind: str = typer.Option("dense", help="dense or bm25."),
-    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default; beyond it, "
+                             "set ADVRAG_RETRIEVER_TOKEN: clients send it as a bearer token)."),
     port: int = typer.Option(8000, help="Port."),
     summarise: bool = typer.Option(False, help="UR²: serve a summary of each query's top-k "
                                    "(or the fallback message) instead of the documents."),
@@ -310,9 +311,15 @@ def serve_retriever(
     from pydantic import ValidationError
 
     from advrag.recipes.ur2.recipe import load_summary_model
-    from advrag.retrieval.server import ServerLimits, serve, summary_config
+    from advrag.retrieval.server import (
+        ServerLimits,
+        require_token_beyond_loopback,
+        serve,
+        summary_config,
+    )
 
     try:
+        require_token_beyond_loopback(host)
         summary = summary_config(
             summarise, endpoint=summary_endpoint, model=summary_model,
             max_new_tokens=summary_max_new_tokens, timeout_s=summary_timeout_s,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, Retriever
 from advrag.retrieval._files import PASSAGES_FILE, iter_corpus
 from advrag.retrieval.bm25 import BM25Index
@@ -119,7 +120,7 @@ class HttpRetriever:
         base = url.rstrip("/")
         self.url = base if base.endswith("/retrieve") else f"{base}/retrieve"
         self.max_queries = max_queries or ServerLimits().max_queries
-        self._client = httpx.Client(timeout=timeout)
+        self._client = httpx.Client(timeout=timeout, headers=auth_headers())
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Send the queries (``max_queries`` a request) and parse the scored Search-R1 responses."""

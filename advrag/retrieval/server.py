@@ -30,6 +30,12 @@ and before any work; a request still waiting for its answers after
 ``timeout_s`` is a 504 (its queries are dropped if no search has started on
 them). ``GET /metrics`` serves Prometheus' text format: requests by path and
 status, request latency, queries searched, batch sizes and the queue's depth.
+
+Access: bound to loopback (the default) anyone on this machine may ask. Bound beyond it
+(``--host 0.0.0.0`` for rollout workers on other machines) the server refuses to start
+without ``ADVRAG_RETRIEVER_TOKEN``, and then every request but ``/health`` must carry it as
+``Authorization: Bearer <token>`` (401 otherwise); advrag's clients send it from the same
+variable (``advrag.common.bearer``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from advrag.common.bearer import TOKEN_ENV, is_loopback, retriever_token
 from advrag.common.types import Passage, Retriever
 
 if TYPE_CHECKING:
@@ -142,10 +149,11 @@ def _too_long(queries: Sequence[str], limit: int) -> list[dict[str, Any]]:
 
 def create_app(
     retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: LLMSummariser | None = None,
-    limits: ServerLimits = ServerLimits(),
+    limits: ServerLimits = ServerLimits(), token: str | None = None,
 ) -> FastAPI:
     """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``,
-    ``/health`` and ``/metrics``, searching in batches within ``limits``."""
+    ``/health`` and ``/metrics``, searching in batches within ``limits``; with ``token``,
+    every request but ``/health`` must carry it as a bearer token (401 otherwise)."""
     import asyncio
     from contextlib import asynccontextmanager
 
@@ -166,6 +174,8 @@ def create_app(
         searcher.close()
 
     app = FastAPI(title="advrag retrieval server", lifespan=lifespan)
+    if token:
+        app.add_middleware(_Authorised, token=token)
     app.add_middleware(_Measured, metrics=metrics)
 
     @app.get("/health", response_model=None)
@@ -240,6 +250,42 @@ class _Measured:
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
+class _Authorised:
+    """ASGI middleware: a request without ``Authorization: Bearer <token>`` gets 401, but
+    ``/health`` (a load balancer's probe carries no secret). Compared in constant time."""
+
+    def __init__(self, app, token: str) -> None:
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        import hmac
+
+        if scope["type"] != "http" or scope["path"] == "/health":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"detail": f"missing or wrong bearer token: send {TOKEN_ENV} as "
+                                     "'Authorization: Bearer <token>'"}).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"www-authenticate", b"Bearer")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def require_token_beyond_loopback(host: str) -> str | None:
+    """The token a server bound to ``host`` requires (``ADVRAG_RETRIEVER_TOKEN``); beyond
+    loopback there must be one: anyone who reaches the port could read the corpus."""
+    token = retriever_token()
+    if token is None and not is_loopback(host):
+        raise ValueError(f"--host {host} opens the retrieval server to the network: set "
+                         f"{TOKEN_ENV} (its clients send the same value as a bearer token), "
+                         "or bind 127.0.0.1")
+    return token
+
+
 def serve(
     index_dir: str | os.PathLike,
     host: str = "127.0.0.1",
@@ -261,6 +307,7 @@ def serve(
     OpenMP pools: on a few cores shared with a trainer, spinning idle threads made
     each MiniLM query batch ~40x slower.
     """
+    token = require_token_beyond_loopback(host)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import uvicorn
 
@@ -269,7 +316,7 @@ def serve(
 
     summariser = make_summariser(summary, load_model=load_model) if summary is not None else None
     app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
-                     summariser=summariser, limits=limits)
+                     summariser=summariser, limits=limits, token=token)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 
@@ -331,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                      "module does not: run `advrag serve-retriever` (same options)")
     options = {name: getattr(args, f"summary_{name}") for name in SUMMARY_OPTIONS}
     try:
+        require_token_beyond_loopback(args.host)
         limits = ServerLimits(**{name: getattr(args, name) for name in LIMIT_HELP})
     except ValueError as err:
         parser.error(str(err))

@@ -227,3 +227,30 @@ def test_real_terraform_refuses_a_moving_ref_plain_http_and_a_missing_credential
             assert plan == 0, f"{case}: {error[-1500:]}"
         else:
             assert plan != 0 and message in " ".join(error.split()), f"{case}: {error[-1500:]}"
+
+
+def test_a_rotated_admin_password_reaches_the_users_database(tmp_path):
+    """The start script's sync, run for real on an MLflow users database: after it, the admin
+    signs in with the new password and no longer with the old one. (MLflow's auth store
+    loads Flask: it runs in child processes, away from the suite's.)"""
+    import re
+    import sys
+
+    start = rendered_files("tracking_server")["/usr/local/sbin/mlflow-backend-uri"]
+    (line,) = [x for x in start.splitlines() if "update_user" in x]
+    (sync,) = re.findall(r"python -c '([^']*)'", line)
+    database = f"sqlite:///{tmp_path / 'basic_auth.db'}"
+    sync = sync.replace("sqlite:////var/lib/mlflow/basic_auth.db", database)
+    store = ("from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore; "
+             f"store = SqlAlchemyStore(); store.init_db({database!r}); ")
+    env = {**os.environ, "ADMIN_USER": "admin", "ADMIN_PASSWORD": "new-password-0123456789"}
+
+    def python(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120,
+                              capture_output=True, text=True).stdout.strip()
+
+    python(store + 'store.create_user("admin", "old-password-0123456789", is_admin=True)')
+    python(sync)
+    signs_in = python(store + 'print([store.authenticate_user("admin", p) for p in '
+                              '("new-password-0123456789", "old-password-0123456789")])')
+    assert signs_in == "[True, False]"

@@ -39,6 +39,7 @@ from advrag.agents.prompts import (
 )
 from advrag.agents.protocol import parse_step
 from advrag.agents.search_loop import ACTIONS, STOP
+from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, format_docs
 
 
@@ -65,7 +66,7 @@ class RetrievalClient:
         it does not summarise); a clear error when the server fails."""
         import httpx
 
-        async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=auth_headers()) as http:
             try:
                 response = await http.post(self.url, json={"queries": [query], "topk": topk,
                                                            "return_scores": True})
