@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from advrag.common.bearer import is_loopback
+
 
 class EndpointError(RuntimeError):
     """A request to the OpenAI-compatible server failed; ``reason`` names how."""
@@ -52,17 +54,12 @@ PLAIN_HTTP_OPT_IN = "ADVRAG_ALLOW_HTTP_API_KEY"
 
 def may_carry_key(url: str) -> bool:
     """Whether an API key may go to ``url``: https, a loopback host, or the explicit opt-in."""
-    from ipaddress import ip_address
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     if parts.scheme == "https" or os.environ.get(PLAIN_HTTP_OPT_IN) == "1":
         return True
-    host = parts.hostname or ""
-    try:
-        return host == "localhost" or ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(parts.hostname or "")
 
 
 class OpenAIChatGenerator:
