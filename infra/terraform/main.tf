@@ -86,6 +86,7 @@ module "gpu_workers" {
   mlflow_tracking_uri               = module.tracking_server.tracking_uri
   mlflow_username                   = module.tracking_server.admin_username
   mlflow_password_ssm_parameter     = module.tracking_server.admin_password_parameter
+  mlflow_tls_certificate_parameter  = module.tracking_server.tls_certificate_parameter
   tracking_server_security_group_id = module.tracking_server.security_group_id
 
   artifact_bucket_name = module.artifact_bucket.bucket_name

@@ -29,7 +29,7 @@ output "tracking_server_instance_id" {
 }
 
 output "mlflow_ui_port_forward_command" {
-  description = "Opens the MLflow UI on http://localhost:5000 through SSM Session Manager."
+  description = "Opens the MLflow UI on https://localhost:5000 through SSM Session Manager (the server's self-signed certificate: trust it from its SSM parameter)."
   value       = "aws ssm start-session --region ${var.aws_region} --target ${module.tracking_server.instance_id} --document-name AWS-StartPortForwardingSession --parameters portNumber=5000,localPortNumber=5000"
 }
 

@@ -49,7 +49,9 @@ def test_no_generated_password_can_reach_the_state():
     assert db["password_wo_version"] == "${var.secrets_version}"
     assert db["publicly_accessible"] is False and db["storage_encrypted"] is True
     params = resources(d, "aws_ssm_parameter")
-    assert set(params) == {"db_password", "admin_password"}
+    assert set(params) == {"db_password", "admin_password", "tls_certificate"}
+    certificate = params.pop("tls_certificate")  # public: the server writes it at boot
+    assert certificate["type"] == "String" and "pending" in certificate["value"]
     for name, param in params.items():
         assert param["type"] == "SecureString" and "value" not in param
         source = name.removesuffix("_password")
@@ -189,6 +191,7 @@ WORKER_INPUTS = {
     "project_git_ref": SAMPLE["project_git_ref"], "prefect_api_url": SAMPLE["prefect_api_url"],
     "prefect_auth_string_ssm_parameter": "/advrag/prefect-auth-string",
     "mlflow_username": "admin", "mlflow_password_ssm_parameter": "/advrag/mlflow",
+    "mlflow_tls_certificate_parameter": "/advrag/mlflow-certificate",
     "mlflow_tracking_uri": "http://10.0.2.30:5000", "tracking_server_security_group_id": "sg-1",
     "artifact_bucket_name": "b", "artifact_bucket_arn": "arn:aws:s3:::b", "kms_key_arn": "k",
 }

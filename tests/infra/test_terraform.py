@@ -496,13 +496,15 @@ SAMPLE = {
     "mlflow_password_ssm_parameter": "/advrag-dev/mlflow/admin-password",
     "admin_user": "admin",
     "admin_password_parameter": "/advrag-dev/mlflow/admin-password",
+    "tls_certificate_parameter": "/advrag-dev/mlflow/tls-certificate",
+    "mlflow_tls_certificate_parameter": "/advrag-dev/mlflow/tls-certificate",
     # indent(6, chomp(file(...))), as the modules pass it
     "cloudwatch_agent_installer": (TF_ROOT / "modules" / "instance_role" /
                                    "install-cloudwatch-agent.sh").read_text().rstrip("\n")
     .replace("\n", "\n      "),
     "prefect_work_pool": "advrag-gpu",
     "prefect_worker_limit": 1,
-    "mlflow_tracking_uri": "http://10.0.2.30:5000",
+    "mlflow_tracking_uri": "https://10.0.2.30:5000",
     "artifact_bucket_name": "advrag-dev-artifacts-20260101",
     "log_group_name": "/advrag-dev/gpu-workers",
     "mlflow_version": "3.17.2",
@@ -575,7 +577,7 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
         unit = files["/etc/systemd/system/prefect-worker.service"]
         assert "prefect worker start --pool advrag-gpu --type process" in unit
         assert "PREFECT_API_URL=https://prefect.internal.example/api" in files["/etc/advrag/worker.env"]
-        assert "MLFLOW_TRACKING_URI=http://10.0.2.30:5000" in files["/etc/advrag/worker.env"]
+        assert "MLFLOW_TRACKING_URI=https://10.0.2.30:5000" in files["/etc/advrag/worker.env"]
         bootstrap = files["/usr/local/sbin/advrag-bootstrap"]
         assert 'git clone --quiet "https://github.com/example/advrag.git"' in bootstrap
         assert 'checkout --quiet --detach "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c"' in bootstrap

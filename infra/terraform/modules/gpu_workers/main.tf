@@ -19,9 +19,11 @@ locals {
 
   instance_types = distinct(concat([var.instance_type], var.spot_fallback_instance_types))
 
-  # The secrets a worker reads: the MLflow password and the Prefect API key or auth string.
+  # The parameters a worker reads: the MLflow password and server certificate, and the
+  # Prefect API key or auth string.
   secret_parameters = compact([
     var.mlflow_password_ssm_parameter,
+    var.mlflow_tls_certificate_parameter,
     var.prefect_api_key_ssm_parameter,
     var.prefect_auth_string_ssm_parameter,
   ])
@@ -46,6 +48,7 @@ locals {
     mlflow_tracking_uri               = var.mlflow_tracking_uri
     mlflow_username                   = var.mlflow_username
     mlflow_password_ssm_parameter     = var.mlflow_password_ssm_parameter
+    mlflow_tls_certificate_parameter  = var.mlflow_tls_certificate_parameter
     artifact_bucket_name              = var.artifact_bucket_name
     log_group_name                    = module.role.log_group_name
     cloudwatch_agent_installer        = indent(6, chomp(module.role.cloudwatch_agent_installer))

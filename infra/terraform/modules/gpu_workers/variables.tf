@@ -134,6 +134,11 @@ variable "mlflow_password_ssm_parameter" {
   type        = string
 }
 
+variable "mlflow_tls_certificate_parameter" {
+  description = "Name of the SSM parameter holding the tracking server's TLS certificate, the one the workers trust."
+  type        = string
+}
+
 variable "prefect_work_pool" {
   description = "Prefect work pool (type process) the workers join; created on first start when missing."
   type        = string

@@ -76,6 +76,16 @@ data "aws_iam_policy_document" "this" {
     }
   }
 
+  dynamic "statement" {
+    for_each = length(var.writable_parameter_arns) == 0 ? [] : [var.writable_parameter_arns]
+
+    content {
+      sid       = "WriteOwnParameters"
+      actions   = ["ssm:PutParameter"]
+      resources = statement.value
+    }
+  }
+
   # AmazonSSMManagedInstanceCore (Session Manager) allows ssm:GetParameter* on every
   # parameter; an explicit deny wins over it: no parameter but this instance's own.
   statement {

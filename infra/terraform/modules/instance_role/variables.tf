@@ -48,3 +48,9 @@ variable "ssm_parameter_arns" {
   type        = list(string)
   default     = []
 }
+
+variable "writable_parameter_arns" {
+  description = "ARNs of String (not secret) SSM parameters the instance writes, e.g. its TLS certificate; empty = none."
+  type        = list(string)
+  default     = []
+}

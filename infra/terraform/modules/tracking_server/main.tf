@@ -1,6 +1,6 @@
 # MLflow tracking server: one EC2 instance running `mlflow server --app-name basic-auth`
-# (systemd) with a PostgreSQL backend store on RDS and proxied artefacts in the artefact
-# bucket. Every request needs a user and password. The database and admin passwords are
+# (systemd) on loopback behind nginx's TLS endpoint, with a PostgreSQL backend store on RDS
+# and proxied artefacts in the artefact bucket. Every request needs a user and password. The database and admin passwords are
 # generated for one apply and written only to the database and to SSM SecureStrings
 # (write-only arguments, Terraform 1.11+): neither state nor plan holds them, nor user data
 # or a command line. Reach the UI through SSM port forwarding (see docs/infrastructure.md).
@@ -37,6 +37,7 @@ locals {
     db_password_parameter      = aws_ssm_parameter.db_password.name
     admin_user                 = local.admin_user
     admin_password_parameter   = aws_ssm_parameter.admin_password.name
+    tls_certificate_parameter  = aws_ssm_parameter.tls_certificate.name
     log_group_name             = module.role.log_group_name
     cloudwatch_agent_installer = indent(6, chomp(module.role.cloudwatch_agent_installer))
   })
@@ -141,6 +142,21 @@ resource "aws_ssm_parameter" "db_password" {
   key_id           = var.kms_key_arn
   value_wo         = ephemeral.random_password.db.result
   value_wo_version = var.secrets_version
+}
+
+# The server's TLS certificate (public, not a secret): self-signed at the server's first boot
+# and written here by the server, so the workers trust exactly that certificate.
+resource "aws_ssm_parameter" "tls_certificate" {
+  #checkov:skip=CKV2_AWS_34:a public certificate, not a secret; every secret parameter is a SecureString (tests/infra/test_access.py)
+  name        = "/${var.name_prefix}/mlflow/tls-certificate"
+  description = "PEM certificate of the MLflow server's TLS endpoint (written by the server at boot)"
+  type        = "String"
+  tier        = "Advanced" # a PEM certificate can pass the standard tier's 4 KB
+  value       = "pending: the server writes its certificate here at its first boot"
+
+  lifecycle {
+    ignore_changes = [value]
+  }
 }
 
 resource "aws_ssm_parameter" "admin_password" {
@@ -252,15 +268,16 @@ resource "aws_db_instance" "this" {
 module "role" {
   source = "../instance_role"
 
-  name                = local.name
-  description         = "MLflow tracking server: its artefact prefix, its two password parameters, its log group, SSM"
-  policy_name         = "advrag-mlflow-server"
-  artifact_bucket_arn = var.artifact_bucket_arn
-  artifact_prefixes   = [var.artifact_prefix]
-  kms_key_arn         = var.kms_key_arn
-  log_group_name      = "/${var.name_prefix}/mlflow-server"
-  log_retention_days  = var.log_retention_days
-  ssm_parameter_arns  = [aws_ssm_parameter.db_password.arn, aws_ssm_parameter.admin_password.arn]
+  name                    = local.name
+  description             = "MLflow tracking server: its artefact prefix, its two password parameters and its certificate parameter, its log group, SSM"
+  policy_name             = "advrag-mlflow-server"
+  artifact_bucket_arn     = var.artifact_bucket_arn
+  artifact_prefixes       = [var.artifact_prefix]
+  kms_key_arn             = var.kms_key_arn
+  log_group_name          = "/${var.name_prefix}/mlflow-server"
+  log_retention_days      = var.log_retention_days
+  ssm_parameter_arns      = [aws_ssm_parameter.db_password.arn, aws_ssm_parameter.admin_password.arn]
+  writable_parameter_arns = [aws_ssm_parameter.tls_certificate.arn]
 }
 
 resource "aws_instance" "server" {

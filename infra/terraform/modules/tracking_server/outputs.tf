@@ -1,6 +1,11 @@
 output "tracking_uri" {
-  description = "MLflow tracking URI on the server's private address."
-  value       = "http://${aws_instance.server.private_ip}:${var.mlflow_port}"
+  description = "MLflow tracking URI (TLS) on the server's private address."
+  value       = "https://${aws_instance.server.private_ip}:${var.mlflow_port}"
+}
+
+output "tls_certificate_parameter" {
+  description = "Name of the SSM parameter holding the server's TLS certificate (clients trust it)."
+  value       = aws_ssm_parameter.tls_certificate.name
 }
 
 output "instance_id" {

@@ -49,9 +49,14 @@ variable "mlflow_version" {
 }
 
 variable "mlflow_port" {
-  description = "TCP port the MLflow server listens on."
+  description = "TCP port of the server's TLS endpoint (nginx, in front of MLflow on 127.0.0.1:5001)."
   type        = number
   default     = 5000
+
+  validation {
+    condition     = var.mlflow_port != 5001 && var.mlflow_port > 0 && var.mlflow_port < 65536
+    error_message = "mlflow_port is a TCP port other than 5001, where MLflow itself listens on loopback."
+  }
 }
 
 variable "mlflow_workers" {
