@@ -404,8 +404,11 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
     from advrag.recipes import recipe_for
 
     with config_errors():
-        settings = recipe_for(config, overrides).config
+        recipe = recipe_for(config, overrides)
+    settings = recipe.config
     try:
+        from omegaconf import OmegaConf
+
         from advrag.engines.verl import launch
         from advrag.models.loading import resolve_model_dir
 
@@ -413,12 +416,10 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
             settings, out_dir, model_path=resolve_model_dir(settings.model),
             retriever_url=retriever_url, gpus=gpus, nodes=nodes)
         if dry_run:
-            from omegaconf import OmegaConf
-
             typer.echo(launch.shown(hydra_overrides))
             typer.echo(OmegaConf.to_yaml(composed))
             return
-        status = launch.launch(hydra_overrides)
+        launch.require_gpu()
     except ImportError as error:
         typer.echo(f"error: --engine verl needs verl ({error}): `make verl` on a CPU, "
                    "`pip install advrag[verl]` on GPU machines", err=True)
@@ -426,7 +427,9 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
     except (ValueError, RuntimeError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    raise typer.Exit(status)
+    from advrag.flows.verl import rl_on_verl
+
+    rl_on_verl(recipe, hydra_overrides, OmegaConf.to_yaml(composed))
 
 
 def run_recipe_config(config: Path, run_name: str | None, overrides: dict | None,

@@ -59,7 +59,8 @@ def merge_to_hf(actor: str | Path, target: str | Path) -> Path:
             raise RuntimeError(f"verl's model merger failed on {actor} (exit {run.returncode}): "
                                f"{run.stderr.strip()[-1500:]}")
         _fold_adapter(merged, tmp)
-        _copy_tokenizer(Path(actor) / "huggingface", tmp)
+        for source in (merged, Path(actor) / "huggingface"):
+            _copy_beside_weights(source, tmp)
         shutil.rmtree(merged)
     return target
 
@@ -77,8 +78,10 @@ def _fold_adapter(merged: Path, out: Path) -> None:
     model.save_pretrained(out)
 
 
-def _copy_tokenizer(huggingface: Path, out: Path) -> None:
-    """The tokenizer files verl saved beside the model config (the merger may not copy them)."""
-    for path in huggingface.iterdir():
-        if path.is_file() and not (out / path.name).exists() and "token" in path.name:
+def _copy_beside_weights(source: Path, out: Path) -> None:
+    """The tokenizer and chat template files of ``source`` that ``out`` lacks (not weights)."""
+    for path in source.iterdir():
+        weights = path.suffix in (".safetensors", ".bin", ".pt") or path.name.endswith(
+            ".index.json")
+        if path.is_file() and not weights and not (out / path.name).exists():
             shutil.copy2(path, out / path.name)

@@ -14,6 +14,8 @@ Three steps, each checkable on a CPU:
    fails here, naming it.
 3. **Launch**: ``python -m verl.trainer.main_ppo <overrides>`` with the plugin named in
    ``VERL_USE_EXTERNAL_MODULES``; ``--dry-run`` prints the command and the composed config.
+4. **Back** (the flow ``rl-verl``, ``advrag.flows.verl``): verl's metrics go to the run's
+   MLflow run, and its newest checkpoint is merged, registered and benchmarked.
 
 What does not map: the local engine's SFT warm-up (verl starts from ``model``, so point it at
 a warmed-up model) and the recipe-specific steps of UR² and REX-RAG (UR²'s two reward stages,
@@ -34,6 +36,8 @@ from advrag.agents.prompts import search_r1_prompt
 from advrag.datasets.records import QARecord
 
 AGENT_NAME = "advrag_search_r1"
+CHECKPOINTS = "verl"
+"""verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"
 KL_TYPES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 """Our KL estimators by verl's names (``core_algos.kl_penalty``)."""
@@ -129,10 +133,10 @@ def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int
         "+reward.custom_reward_function.reward_kwargs.format_penalty": config.format_penalty,
         "trainer.total_training_steps": config.steps,
         "trainer.save_freq": config.checkpoint_every,
-        "trainer.default_local_dir": str(Path(config.checkpoint_dir) / "verl"),
+        "trainer.default_local_dir": str(Path(config.checkpoint_dir) / CHECKPOINTS),
         "trainer.project_name": config.experiment,
         "trainer.experiment_name": config.recipe,
-        "trainer.logger": "[console]",
+        "trainer.logger": "[console,mlflow]",
         "trainer.n_gpus_per_node": gpus,
         "trainer.nnodes": nodes,
     }
@@ -183,16 +187,24 @@ def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, 
     return hydra_overrides, compose(hydra_overrides)
 
 
-def launch(hydra_overrides: Sequence[str]) -> int:
-    """Run verl's trainer (it needs GPUs: refused here without one); its exit status."""
-    import subprocess
-
+def require_gpu() -> None:
+    """Refuse before anything starts when torch sees no GPU (verl's trainer needs one)."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("verl's trainer runs on GPUs and torch sees none here: run with "
                            "--dry-run to check the data and config, and launch on a GPU machine")
+
+
+def launch(hydra_overrides: Sequence[str], run_id: str | None = None) -> int:
+    """Run verl's trainer (it needs GPUs: refused here without one); its exit status. With
+    ``run_id``, verl's MLflow logger writes its metrics into that run (``MLFLOW_RUN_ID``)."""
+    import subprocess
+
+    require_gpu()
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": "advrag.engines.verl"}
+    if run_id is not None:
+        env |= {"MLFLOW_RUN_ID": run_id}
     return subprocess.run(command(hydra_overrides), env=env, check=False).returncode
 
 
