@@ -46,6 +46,7 @@ def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pip
     recipe = recipe_for(config.recipe)
     recipe.configure(**dataset_settings(recipe.config, config.data))
     check_data(config, recipe)
+    check_engine(config, recipe)
     with exclusive(config.data.raw_dir, "the data directory"):  # no rebuild under this run
         return run_stages(config, recipe, run_name)
 
@@ -66,7 +67,7 @@ def run_stages(config: PipelineConfig, recipe: Recipe, run_name: str) -> dict:
         upstream = [digest, curation.fingerprint(start)[1]]
         judge = discriminator_stage(config, sft, recipe, start, upstream, run_id)
         trained = rl_stage(config, recipe, [*upstream, judge and judge["run_id"]], run_id,
-                           slice_tags(judge))
+                           slice_tags(judge), start)
         decisions = promotion_stage(config, recipe, trained, judge, digest)
         decision = decisions[recipe.registry_names()[recipe.agents[0]]]
         summary = report(run_id, trained, judge, decision)
@@ -91,6 +92,19 @@ def check_data(config: PipelineConfig, recipe: Recipe) -> None:
     if needs:
         raise ConfigError(f"{config.recipe}: data.files has no generated world, which this "
                           "recipe config reads — " + "; ".join(needs) + ".")
+
+
+def check_engine(config: PipelineConfig, recipe: Recipe) -> None:
+    """Refuse, before any stage runs, a recipe the verl engine cannot train (``verl:`` set)."""
+    if config.verl is None:
+        return
+    from advrag.engines.verl.launch import refuse_unmapped, require_gpu
+
+    try:
+        refuse_unmapped(recipe.config)
+        require_gpu()
+    except (ValueError, RuntimeError) as error:
+        raise ConfigError(f"verl: {error}; or remove the pipeline's verl section") from None
 
 
 def discriminator_config(config: PipelineConfig, recipe: Recipe) -> DiscriminatorSFTConfig | None:
@@ -142,15 +156,45 @@ def slice_tags(judge: dict | None) -> dict[str, str]:
 
 
 def rl_stage(config: PipelineConfig, recipe: Recipe, upstream: list, parent: str,
-             tags: dict[str, str]) -> dict:
-    """Joint RL + benchmark of base/warm-up/trained (skipped when already done on these inputs);
-    ``tags``: the versions of what it trained with besides the data (the slice set)."""
-    key = stages.stage_key(recipe.settings_hash(), recipe.config.steps, *upstream)
+             tags: dict[str, str], start: str) -> dict:
+    """Joint RL + benchmark of base/warm-up/trained (skipped when already done on these inputs),
+    on the local engine or verl's (``verl:``); ``tags``: the versions of what it trained with
+    besides the data (the slice set); ``start``: the warm-up's model."""
+    engine = [config_hash(config.verl)] if config.verl else []  # the local engine's key as before
+    key = stages.stage_key(recipe.settings_hash(), recipe.config.steps, *upstream, *engine)
     result = stages.finished_stage(config.cache_dir, "rl", key)
     if result is None:
-        result = run_recipe(recipe, "pipeline", recipe.name, parent=parent, tags=tags)
+        if config.verl is None:
+            result = run_recipe(recipe, "pipeline", recipe.name, parent=parent, tags=tags)
+        else:
+            result = verl_stage(config, recipe, start, parent, tags)
         stages.record_stage(config.cache_dir, "rl", key, jsonable(result))
     return jsonable(result)
+
+
+def verl_stage(config: PipelineConfig, recipe: Recipe, start: str, parent: str,
+               tags: dict[str, str]) -> dict:
+    """The RL stage on verl's trainer from the warm-up's model, searching the retrieval server
+    ``verl.retriever_url`` or one serving the pipeline's index on 127.0.0.1 meanwhile."""
+    from contextlib import nullcontext
+
+    from omegaconf import OmegaConf
+
+    from advrag.engines.verl import launch
+    from advrag.flows.verl import rl_on_verl
+    from advrag.models.loading import resolve_model_dir
+    from advrag.retrieval.server import serving
+
+    settings = config.verl
+    server = (nullcontext(settings.retriever_url) if settings.retriever_url
+              else serving(recipe.config.index_dir))
+    with server as url:
+        hydra_overrides, composed = launch.prepare(
+            recipe.config, settings.out_dir, model_path=resolve_model_dir(start),
+            retriever_url=url, gpus=settings.gpus, nodes=settings.nodes)
+        return rl_on_verl(recipe, hydra_overrides, OmegaConf.to_yaml(composed),
+                          run_name=f"{recipe.name}-verl", start_model=start, parent=parent,
+                          tags=tags)
 
 
 def promotion_stage(config: PipelineConfig, recipe: Recipe, trained: dict, judge: dict | None,

@@ -22,26 +22,29 @@ from advrag.tasks import data, rl, tracking
 
 @flow(name="rl-verl", log_prints=True)
 def rl_on_verl(recipe: Recipe, hydra_overrides: list[str], composed: str,
-               run_name: str | None = None) -> dict:
-    """Train ``recipe`` with verl (``hydra_overrides`` from ``launch.prepare``; ``composed``:
-    the config verl composes from them, logged), then bring its model back."""
+               run_name: str | None = None, start_model: str | None = None,
+               parent: str | None = None, tags: dict[str, str] | None = None) -> dict:
+    """Train ``recipe`` with verl (``hydra_overrides`` from ``launch.prepare``, starting from
+    ``start_model``, default the config's model; ``composed``: the config verl composes from
+    them, logged), then bring its model back; the run nests under ``parent`` if given."""
     config = recipe.config
     run_name = run_name or f"{recipe.name}-verl"
+    start_model = start_model or config.model
     tracking.configure()
     version = data.data_version()
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": "rl-verl", "recipe": recipe.name,
-            "model": config.model, "engine": "verl"}
+            "model": start_model, "engine": "verl", **(tags or {})}
     with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
-            tracking.tracked_run(config.experiment, run_name, params=params,
-                                 tags=tags) as run_id:
+            tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
+                                 parent=parent) as run_id:
         tracking.log_text(run_id, composed, "verl/ppo_trainer.yaml")
         status = launch.launch(hydra_overrides, run_id=run_id)
         if status != 0:
             raise RuntimeError(f"verl's trainer exited with status {status}; its log is above")
         results = import_run(recipe, run_id, version["digest"])
     if config.evaluate is not None:
-        results |= benchmark_stages(recipe, run_name, config.model,
+        results |= benchmark_stages(recipe, run_name, start_model,
                                     {recipe.agents[0]: Path(results["model_dir"])},
                                     results["versions"])
     return results

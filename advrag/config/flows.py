@@ -290,6 +290,27 @@ class PromotionSection(Strict):
                       description="Bootstrap seed (the same evidence gives the same decision).")
 
 
+class VerlSection(Strict):
+    """The pipeline's RL stage on verl's trainer (GPUs, Ray) instead of the local engine:
+    ``advrag rl --engine verl``'s settings (docs/verl.md)."""
+
+    gpus: int = Field(1, ge=1, description="GPUs per node.")
+    nodes: int = Field(1, ge=1, description="Nodes of the Ray cluster.")
+    retriever_url: str | None = Field(
+        None, pattern=r"^https?://", description="The retrieval server the rollout workers "
+        "search; unset: the pipeline serves its index on 127.0.0.1 for the stage (one node).")
+    out_dir: Path = Field(Path(".cache/advrag/verl"), description="Where the exported parquet "
+                          "and the agent loop file go.")
+
+    @model_validator(mode="after")
+    def _several_nodes_share_a_server(self) -> VerlSection:
+        if self.nodes > 1 and self.retriever_url is None:
+            raise ValueError("verl.retriever_url: several nodes need a retrieval server they "
+                             "all reach (advrag serve-retriever --host 0.0.0.0, with "
+                             "ADVRAG_RETRIEVER_TOKEN); the pipeline's own serves one node")
+        return self
+
+
 class PipelineConfig(Strict):
     """`advrag pipeline` and `advrag nightly` (the pipeline on the night's config): data → warm-up
     → curation → discriminator SFT → joint RL → benchmark → promotion gates, each stage a
@@ -309,6 +330,9 @@ class PipelineConfig(Strict):
                             "the pipeline run and its stages' runs.")
     cache_dir: Path = Field(Path(".cache/advrag/pipeline"), description="Finished stages, by "
                             "the hash of their inputs: a rerun skips them, a killed run resumes.")
+    verl: VerlSection | None = Field(None, description="Train the RL stage with verl's trainer "
+                                     "on GPUs (single-policy recipes: grpo); unset: the local "
+                                     "engine.")
 
     @model_validator(mode="after")
     def _trains_on_the_index_it_builds(self) -> PipelineConfig:

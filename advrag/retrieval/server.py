@@ -44,7 +44,8 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -318,6 +319,52 @@ def serve(
     app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
                      summariser=summariser, limits=limits, token=token)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+@contextmanager
+def serving(index_dir: str | os.PathLike, kind: str = "dense",
+            start_timeout_s: float = 300.0) -> Iterator[str]:
+    """This module's server on ``index_dir`` in a child process on 127.0.0.1 (a free port) for
+    the ``with`` block; yields its URL once ``/health`` answers, stops it after."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile(mode="w+")  # a pipe would fill up and stall the server
+    proc = subprocess.Popen([sys.executable, "-m", "advrag.retrieval.server", "--index-dir",
+                             str(index_dir), "--kind", kind, "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"the retrieval server on {index_dir} exited "
+                                   f"({proc.returncode}): {log.read()[-1500:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the retrieval server on {index_dir} did not answer within "
+                                   f"{start_timeout_s:g} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
 
 
 SUMMARY_OPTIONS = ("endpoint", "model", "max_new_tokens", "timeout_s", "cache_dir")

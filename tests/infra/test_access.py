@@ -257,3 +257,11 @@ def test_a_rotated_admin_password_reaches_the_users_database(tmp_path):
     signs_in = python(store + 'print([store.authenticate_user("admin", p) for p in '
                               '("new-password-0123456789", "old-password-0123456789")])')
     assert signs_in == "[True, False]"
+
+
+def test_workers_pull_the_data_pushed_to_the_buckets_dvc_remote():
+    boot = rendered_files("gpu_workers")["/usr/local/sbin/advrag-bootstrap"]
+    remote = 'dvc remote add --local --force --default bucket \\\n'
+    assert remote in boot and '"s3://advrag-dev-artifacts-20260101/dvc"' in boot
+    assert boot.index("dvc pull --allow-missing") > boot.index(remote)
+    assert boot.index("dvc pull") > boot.index("--require-hashes")  # dvc from the locked venv
