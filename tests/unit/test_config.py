@@ -36,7 +36,7 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrCon
                             "gar-ra-only.yaml", "gar-demo.yaml", "gar-nightly.yaml", "gar-tiny.yaml",
                             "gar-untuned-critic.yaml"],
                            GarConfig),
-           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml", "nightly.yaml",
+           **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml", "nightly.yaml", "nightly-gpu.yaml",
                             "nightly-tiny.yaml"], PipelineConfig),
            **dict.fromkeys(["discriminator.yaml", "discriminator-demo.yaml",
                             "discriminator-tiny.yaml"], DiscriminatorSFTConfig)}
