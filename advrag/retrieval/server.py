@@ -322,10 +322,10 @@ def serve(
 
 
 @contextmanager
-def serving(index_dir: str | os.PathLike, kind: str = "dense",
+def serving(index_dir: str | os.PathLike, kind: str = "dense", host: str = "127.0.0.1",
             start_timeout_s: float = 300.0) -> Iterator[str]:
-    """This module's server on ``index_dir`` in a child process on 127.0.0.1 (a free port) for
-    the ``with`` block; yields its URL once ``/health`` answers, stops it after."""
+    """This module's server on ``index_dir`` in a child process bound to ``host`` (a free port)
+    for the ``with`` block; yields its loopback URL once ``/health`` answers, stops it after."""
     import socket
     import subprocess
     import sys
@@ -339,7 +339,8 @@ def serving(index_dir: str | os.PathLike, kind: str = "dense",
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile(mode="w+")  # a pipe would fill up and stall the server
     proc = subprocess.Popen([sys.executable, "-m", "advrag.retrieval.server", "--index-dir",
-                             str(index_dir), "--kind", kind, "--port", str(port)],
+                             str(index_dir), "--kind", kind, "--host", host, "--port",
+                             str(port)],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + start_timeout_s

@@ -3,18 +3,14 @@ and then every request but /health needs it as a bearer token; advrag's clients 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import httpx
 import pytest
 from stand_in_http import serving_app
-from test_retrieval_server import free_port, index_dir, local  # noqa: F401 (fixtures)
+from test_retrieval_server import index_dir, local  # noqa: F401 (fixtures)
 
 from advrag.common.bearer import TOKEN_ENV, is_loopback
-from advrag.retrieval.retriever import HttpRetriever, RetrieverUnavailableError
-from advrag.retrieval.server import create_app, require_token_beyond_loopback
+from advrag.retrieval.retriever import HttpRetriever
+from advrag.retrieval.server import create_app, require_token_beyond_loopback, serving
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -95,24 +91,8 @@ def test_beyond_loopback_without_a_token_the_server_will_not_start(monkeypatch):
 def test_a_server_on_every_interface_answers_only_the_tokens_holder(index_dir, monkeypatch):  # noqa: F811
     """The real command bound to 0.0.0.0 with a token: advrag's client with the same
     variable is answered, one without it gets 401."""
-    port = free_port()
-    command = [sys.executable, "-m", "advrag.retrieval.server", "--index-dir", str(index_dir),
-               "--kind", "bm25", "--host", "0.0.0.0", "--port", str(port)]
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE)
-    try:
-        remote = HttpRetriever(f"http://127.0.0.1:{port}", timeout=2)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                hits = remote.search(["copper orrery"], 1)
-                break
-            except RetrieverUnavailableError:
-                assert proc.poll() is None, proc.stderr.read().decode()
-                assert time.monotonic() < deadline, "server did not answer within 30 s"
-                time.sleep(0.2)
+    with serving(index_dir, kind="bm25", host="0.0.0.0") as url:
+        hits = HttpRetriever(url, timeout=5).search(["copper orrery"], 1)
         assert [p.id for p in hits[0]] == ["d1"]
-        assert ask(f"http://127.0.0.1:{port}").status_code == 401
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        assert ask(url).status_code == 401

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import httpx
@@ -20,7 +18,7 @@ from advrag.retrieval.retriever import (
     RetrieverUnavailableError,
     read_passages,
 )
-from advrag.retrieval.server import ServerLimits, create_app
+from advrag.retrieval.server import ServerLimits, create_app, serving
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see advrag/retrieval/index.py
 pytestmark = pytest.mark.slow
@@ -200,26 +198,19 @@ def test_http_error_status_is_reported(url):
 
 
 def test_server_command_line_serves_an_index_dir(index_dir):
-    port = free_port()
-    command = [sys.executable, "-m", "advrag.retrieval.server", "--index-dir", str(index_dir)]
-    proc = subprocess.Popen(
-        [*command, "--kind", "bm25", "--port", str(port)], stderr=subprocess.PIPE
-    )
-    try:
-        remote = HttpRetriever(f"http://127.0.0.1:{port}/retrieve/", timeout=2)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                hits = remote.search(["copper orrery"], 1)
-                break
-            except RetrieverUnavailableError:
-                assert proc.poll() is None, proc.stderr.read().decode()
-                assert time.monotonic() < deadline, "server did not answer within 30 s"
-                time.sleep(0.2)
+    """The module's command line in a child process (``serving``), answering a real client;
+    after the block the process is gone."""
+    with serving(index_dir, kind="bm25") as url:
+        hits = HttpRetriever(f"{url}/retrieve/", timeout=5).search(["copper orrery"], 1)
         assert [p.id for p in hits[0]] == ["d1"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with pytest.raises(RetrieverUnavailableError):
+        HttpRetriever(url, timeout=2).search(["copper orrery"], 1)
+
+
+def test_a_server_that_cannot_start_is_named_with_its_output(tmp_path):
+    with pytest.raises(RuntimeError, match=r"retrieval server on .*missing exited \(\d+\): "), \
+            serving(tmp_path / "missing", kind="bm25"):
+        pass
 
 
 def test_a_bad_limit_on_the_command_line_is_one_error_line():
