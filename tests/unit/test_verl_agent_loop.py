@@ -20,7 +20,10 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from advrag.agents.prompts import FALLBACK_HINT  # noqa: E402
 from advrag.agents.search_loop import run_search_agent  # noqa: E402
 from advrag.common.types import Summary  # noqa: E402
-from advrag.engines.verl.agent_loop import SearchR1AgentLoop  # noqa: E402
+from advrag.engines.verl.agent_loop import (  # noqa: E402
+    DirectAnswerAgentLoop,
+    SearchR1AgentLoop,
+)
 from advrag.engines.verl.rewards import (  # noqa: E402
     response_trajectory,
     search_r1_score,
@@ -170,3 +173,28 @@ def test_the_response_budget_cuts_the_episode(tokenizer, server_url):
 def test_an_unreachable_retrieval_server_is_named(tokenizer):
     with pytest.raises(RuntimeError, match="unreachable.*advrag serve-retriever"):
         episode(tokenizer, "http://127.0.0.1:9", "Who wrote Hamlet?")
+
+
+def test_a_direct_item_is_one_answer_all_the_policys_with_no_search(tokenizer, server_url):
+    """UR²'s task mixing: the direct loop generates once, serves no search even when the
+    policy writes one, and scores as ur2_score scores a direct item (no query expected)."""
+    rules = {"capital of France?": "<think> I know it </think><answer> Paris </answer>"}
+    servers = StandInServers(tokenizer, rules)
+
+    async def run():
+        loop = DirectAnswerAgentLoop(
+            trainer_config=DictConfigWrap(OmegaConf.create({"actor_rollout_ref": {"rollout": {
+                "prompt_length": 1024, "response_length": 2048}}})),
+            server_manager=servers, tokenizer=tokenizer, processor=None, dataset_cls=None,
+            data_config=DictConfigWrap(OmegaConf.create({})))
+        return await loop.run({"temperature": 1.0, "stop": []}, raw_prompt=[
+            {"role": "user", "content": "What is the capital of France?"}])
+
+    output = asyncio.run(run())
+    assert len(servers.requests) == 1 and output.extra_fields["searches"] == 0
+    assert set(output.response_mask) == {1}
+    text = tokenizer.decode(output.response_ids)
+    assert text.endswith("<answer> Paris </answer>")
+    direct = ur2_score("advrag", text, ["Paris"], {"retrieval_expected": False})
+    searching = ur2_score("advrag", text, ["Paris"], {"retrieval_expected": True})
+    assert direct["correct"] == 1.0 and direct["score"] > searching["score"]

@@ -47,6 +47,22 @@ def test_the_parquet_reads_back_through_verls_dataset(tmp_path, small_world_dir,
         launch.export_parquet([], tmp_path / "dev.parquet", "dev")
 
 
+def test_task_mixing_rows_answer_directly_and_expect_no_retrieval(tmp_path, small_world_dir):
+    """UR²'s task mixing in verl's data: a row that does not search names the direct loop and
+    the direct-reasoning prompt, and tells ur2_score not to expect a query."""
+    from advrag.agents.prompts import direct_reasoning_prompt
+
+    records = load_qa(small_world_dir / "train.jsonl")[:3]
+    rows = launch.dataset_rows(records, "train", retrieval=[True, False, True])
+    assert [r["agent_name"] for r in rows] == ["advrag_search_r1", "advrag_direct",
+                                               "advrag_search_r1"]
+    assert rows[1]["prompt"] == [{"role": "user",
+                                  "content": direct_reasoning_prompt(records[1].question)}]
+    assert [r["extra_info"]["retrieval_expected"] for r in rows] == [True, False, True]
+    with pytest.raises(ValueError, match="2 retrieval flags for 3 records"):
+        launch.dataset_rows(records, "train", retrieval=[True, False])
+
+
 def test_the_composed_config_carries_our_values(tmp_path, grpo):
     hydra_overrides, composed = launch.prepare(grpo, tmp_path, model_path="/models/smollm2",
                                                retriever_url="http://10.0.0.5:8000", gpus=8,
@@ -82,7 +98,9 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
     loops = OmegaConf.load(composed.actor_rollout_ref.rollout.agent.agent_loop_config_path)
     assert OmegaConf.to_container(loops) == [{
         "name": "advrag_search_r1", "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
-        "retriever_url": "http://10.0.0.5:8000", "max_turns": 2, "topk": grpo.topk}]
+        "retriever_url": "http://10.0.0.5:8000", "max_turns": 2, "topk": grpo.topk}, {
+        "name": "advrag_direct",
+        "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
     assert launch.command(hydra_overrides)[1:3] == ["-m", "verl.trainer.main_ppo"]
 
 

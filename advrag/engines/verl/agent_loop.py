@@ -21,7 +21,8 @@ Select it with an agent loop config file (``agent.agent_loop_config_path``) such
       topk: 3
 
 and ``agent_name: advrag_search_r1`` in the data. Every turn's tokens count against
-verl's ``rollout.response_length``; a loop that reaches it stops there.
+verl's ``rollout.response_length``; a loop that reaches it stops there. A row naming
+``advrag_direct`` (``DirectAnswerAgentLoop``) is answered without search: UR²'s task mixing.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from advrag.agents.protocol import parse_step
 from advrag.agents.search_loop import ACTIONS, STOP
 from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, format_docs
+from advrag.engines.verl.launch import AGENT_NAME, DIRECT_AGENT_NAME
 
 
 class RetrievalClient:
@@ -82,7 +84,7 @@ class RetrievalClient:
                  for hit in body["result"][0]], body.get("summaries", []))
 
 
-@register("advrag_search_r1")
+@register(AGENT_NAME)
 class SearchR1AgentLoop(AgentLoopBase):
     """The Search-R1 protocol of ``agents.search_loop`` over verl's servers (module docstring)."""
 
@@ -132,6 +134,28 @@ class SearchR1AgentLoop(AgentLoopBase):
     def _tokens(self, text: str) -> list[int]:
         """The environment's ``text`` as tokens appended to the context."""
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+@register(DIRECT_AGENT_NAME)
+class DirectAnswerAgentLoop(AgentLoopBase):
+    """UR²'s task mixing (§3.1.2) in verl: an item whose row names this loop (its prompt the
+    direct-reasoning one) is answered in one generation, with no search served, as
+    ``agents.baselines.answer_direct`` answers it locally; every response token is the
+    policy's. ``rewards.ur2_score`` reads ``extra_info.retrieval_expected: false`` for it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.response_length = self.rollout_config.response_length
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """One answer for ``kwargs["raw_prompt"]`` (chat messages)."""
+        prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
+        output = await self.server_manager.generate(
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        response = list(output.token_ids)[:self.response_length]
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=response,
+                               response_mask=[1] * len(response), num_turns=2, metrics={},
+                               extra_fields={"searches": 0})
 
 
 class _Episode:

@@ -28,14 +28,17 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from advrag.agents.prompts import search_r1_prompt
+from advrag.agents.prompts import direct_reasoning_prompt, search_r1_prompt
 from advrag.datasets.records import QARecord
 
 AGENT_NAME = "advrag_search_r1"
+DIRECT_AGENT_NAME = "advrag_direct"
+"""verl's ``agent_name`` of a row that searches, and of one answered directly (UR²'s task
+mixing; ``agent_loop.DirectAnswerAgentLoop``)."""
 CHECKPOINTS = "verl"
 """verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"
@@ -50,17 +53,30 @@ def verl_config_dir() -> Path:
     return Path(verl.__file__).parent / "trainer" / "config"
 
 
-def dataset_rows(records: Sequence[QARecord], split: str) -> list[dict[str, Any]]:
-    """verl's RLHF rows for ``records`` (module docstring, step 1)."""
-    return [{"data_source": "advrag", "ability": "qa", "agent_name": AGENT_NAME,
-             "prompt": [{"role": "user", "content": search_r1_prompt(r.question)}],
+def dataset_rows(records: Sequence[QARecord], split: str,
+                 retrieval: Sequence[bool] | None = None,
+                 search_prompt: Callable[[str], str] = search_r1_prompt) -> list[dict[str, Any]]:
+    """verl's RLHF rows for ``records`` (module docstring, step 1). ``retrieval``: per record,
+    whether it searches (``search_prompt``, the search agent loop) or, under UR²'s task
+    mixing, answers directly (the direct-reasoning prompt and loop, and
+    ``extra_info.retrieval_expected: false`` for ``rewards.ur2_score``); default: all search."""
+    retrieval = [True] * len(records) if retrieval is None else list(retrieval)
+    if len(retrieval) != len(records):
+        raise ValueError(f"{len(retrieval)} retrieval flags for {len(records)} records")
+    return [{"data_source": "advrag", "ability": "qa",
+             "agent_name": AGENT_NAME if searches else DIRECT_AGENT_NAME,
+             "prompt": [{"role": "user", "content": (search_prompt if searches
+                                                     else direct_reasoning_prompt)(r.question)}],
              "reward_model": {"style": "rule", "ground_truth": {"target": list(r.golden_answers)}},
-             "extra_info": {"id": r.id, "split": split, "index": i}}
-            for i, r in enumerate(records)]
+             "extra_info": {"id": r.id, "split": split, "index": i,
+                            "retrieval_expected": searches}}
+            for i, (r, searches) in enumerate(zip(records, retrieval))]
 
 
-def export_parquet(records: Sequence[QARecord], path: Path, split: str) -> Path:
-    """Write ``records`` as verl's parquet at ``path`` (replaced whole)."""
+def export_parquet(records: Sequence[QARecord], path: Path, split: str,
+                   **rows: Any) -> Path:
+    """Write ``records`` as verl's parquet at ``path`` (replaced whole); ``rows``: how
+    ``dataset_rows`` prompts them."""
     import pandas as pd
 
     from advrag.common.fileio import atomic_file
@@ -68,17 +84,20 @@ def export_parquet(records: Sequence[QARecord], path: Path, split: str) -> Path:
     if not records:
         raise ValueError(f"no {split} questions to export for verl")
     with atomic_file(path) as tmp:
-        pd.DataFrame(dataset_rows(records, split)).to_parquet(tmp, index=False)
+        pd.DataFrame(dataset_rows(records, split, **rows)).to_parquet(tmp, index=False)
     return path
 
 
 def agent_loop_file(path: Path, config: Any, retriever_url: str) -> Path:
     """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``)."""
-    entry = {"name": AGENT_NAME,
-             "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
-             "retriever_url": retriever_url, "max_turns": config.max_turns, "topk": config.topk}
+    entries = [{"name": AGENT_NAME,
+                "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
+                "retriever_url": retriever_url, "max_turns": config.max_turns,
+                "topk": config.topk},
+               {"name": DIRECT_AGENT_NAME,
+                "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([entry], indent=2) + "\n")  # JSON is YAML: OmegaConf reads it
+    path.write_text(json.dumps(entries, indent=2) + "\n")  # JSON is YAML: OmegaConf reads it
     return path
 
 
