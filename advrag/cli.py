@@ -375,7 +375,7 @@ def rl(
     run_name: str | None = typer.Option(None, help=RUN_NAME_HELP),
     settings: list[str] = typer.Option(None, "--set", help=SET_HELP),
     engine: str = typer.Option("local", help="local (this machine, CPU or GPU) or verl (verl's "
-                               "trainer on Ray and GPUs; recipe grpo: docs/verl.md)."),
+                               "trainer on Ray and GPUs; recipes grpo and ur2: docs/verl.md)."),
     dry_run: bool = typer.Option(False, help="With --engine verl: write the data, print the "
                                  "command and verl's composed config, launch nothing."),
     gpus: int = typer.Option(1, min=1, help="With --engine verl: GPUs per node."),
@@ -407,17 +407,13 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
         recipe = recipe_for(config, overrides)
     settings = recipe.config
     try:
-        from omegaconf import OmegaConf
-
+        from advrag.config.flows import VerlSection
         from advrag.engines.verl import launch
-        from advrag.models.loading import resolve_model_dir
 
-        hydra_overrides, composed = launch.prepare(
-            settings, out_dir, model_path=resolve_model_dir(settings.model),
-            retriever_url=retriever_url, gpus=gpus, nodes=nodes)
+        verl = VerlSection(gpus=gpus, nodes=nodes, retriever_url=retriever_url, out_dir=out_dir)
+        launch.refuse_unmapped(settings)
         if dry_run:
-            typer.echo(launch.shown(hydra_overrides))
-            typer.echo(OmegaConf.to_yaml(composed))
+            show_verl_runs(recipe, verl)
             return
         launch.require_gpu()
     except ImportError as error:
@@ -429,7 +425,31 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
         raise typer.Exit(1) from None
     from advrag.flows.verl import rl_on_verl
 
-    rl_on_verl(recipe, hydra_overrides, OmegaConf.to_yaml(composed))
+    rl_on_verl(recipe, verl)
+
+
+def show_verl_runs(recipe, verl) -> None:
+    """``--dry-run``: each verl run's data written, its command and composed config printed
+    (UR²: one per stage, on the uncurated questions; curation runs at the launch)."""
+    from omegaconf import OmegaConf
+
+    from advrag.engines.verl import launch
+    from advrag.models.loading import resolve_model_dir
+
+    config, model = recipe.config, resolve_model_dir(recipe.config.model)
+    options = {"retriever_url": verl.retriever_url, "gpus": verl.gpus, "nodes": verl.nodes}
+    if config.recipe != "ur2":
+        runs = [launch.prepare(config, verl.out_dir, model_path=model, **options)]
+    else:
+        records = recipe.training_questions()
+        runs = [launch.prepare_ur2_stage(
+            config, verl.out_dir, stage=stage, records=records, model_path=model,
+            retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
+            search_prompt=recipe.search_prompt(), **options)
+            for stage in launch.ur2_stage_steps(config)]
+    for hydra_overrides, composed in runs:
+        typer.echo(launch.shown(hydra_overrides))
+        typer.echo(OmegaConf.to_yaml(composed))
 
 
 def run_recipe_config(config: Path, run_name: str | None, overrides: dict | None,

@@ -100,8 +100,13 @@ def check_engine(config: PipelineConfig, recipe: Recipe) -> None:
         return
     from advrag.engines.verl.launch import refuse_unmapped, require_gpu
 
+    summaries = getattr(getattr(recipe.config, "summary", None), "summarise", False)
     try:
         refuse_unmapped(recipe.config)
+        if summaries and config.verl.retriever_url is None:
+            raise ValueError("UR²'s summaries need a retrieval server started with "
+                             "--summarise: set verl.retriever_url (the pipeline's own server "
+                             "serves raw documents), or summary.summarise: false")
         require_gpu()
     except (ValueError, RuntimeError) as error:
         raise ConfigError(f"verl: {error}; or remove the pipeline's verl section") from None
@@ -178,22 +183,15 @@ def verl_stage(config: PipelineConfig, recipe: Recipe, start: str, parent: str,
     ``verl.retriever_url`` or one serving the pipeline's index on 127.0.0.1 meanwhile."""
     from contextlib import nullcontext
 
-    from omegaconf import OmegaConf
-
-    from advrag.engines.verl import launch
     from advrag.flows.verl import rl_on_verl
-    from advrag.models.loading import resolve_model_dir
     from advrag.retrieval.server import serving
 
     settings = config.verl
     server = (nullcontext(settings.retriever_url) if settings.retriever_url
               else serving(recipe.config.index_dir))
     with server as url:
-        hydra_overrides, composed = launch.prepare(
-            recipe.config, settings.out_dir, model_path=resolve_model_dir(start),
-            retriever_url=url, gpus=settings.gpus, nodes=settings.nodes)
-        return rl_on_verl(recipe, hydra_overrides, OmegaConf.to_yaml(composed),
-                          run_name=f"{recipe.name}-verl", start_model=start, parent=parent,
+        return rl_on_verl(recipe, settings.model_copy(update={"retriever_url": url}),
+                          start_model=start, run_name=f"{recipe.name}-verl", parent=parent,
                           tags=tags)
 
 

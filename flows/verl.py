@@ -1,10 +1,12 @@
 """Flow `rl-verl`: a recipe trained by verl's trainer on GPUs, with the lineage the local
 engine leaves in MLflow.
 
-one MLflow run (the config, the data version, verl's composed config; verl's own metrics join
-it through its MLflow logger, ``MLFLOW_RUN_ID``) → verl's trainer → its newest checkpoint
-merged back (``advrag.engines.verl.checkpoints``) → registered with its provenance →
-benchmarked like a local run's (``evaluate``).
+one MLflow run (the config, the data version, each verl run's composed config; verl's own
+metrics join it through its MLflow logger, ``MLFLOW_RUN_ID``) → verl's trainer (GRPO: one
+run; UR²: curation with the start policy on this machine, then stage 1 and stage 2 as two verl
+runs, the second from the first's merged checkpoint) → the newest checkpoint merged back
+(``advrag.engines.verl.checkpoints``) → registered with its provenance → benchmarked like a
+local run's (``evaluate``).
 """
 
 from __future__ import annotations
@@ -14,19 +16,22 @@ from pathlib import Path
 from prefect import flow
 
 from advrag.common.locks import exclusive
+from advrag.config.flows import VerlSection
 from advrag.engines.verl import checkpoints, launch
-from advrag.flows.rl import benchmark_stages
+from advrag.flows.rl import benchmark_stages, curate_with
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
 
 
 @flow(name="rl-verl", log_prints=True)
-def rl_on_verl(recipe: Recipe, hydra_overrides: list[str], composed: str,
-               run_name: str | None = None, start_model: str | None = None,
-               parent: str | None = None, tags: dict[str, str] | None = None) -> dict:
-    """Train ``recipe`` with verl (``hydra_overrides`` from ``launch.prepare``, starting from
-    ``start_model``, default the config's model; ``composed``: the config verl composes from
-    them, logged), then bring its model back; the run nests under ``parent`` if given."""
+def rl_on_verl(recipe: Recipe, settings: VerlSection, start_model: str | None = None,
+               run_name: str | None = None, parent: str | None = None,
+               tags: dict[str, str] | None = None) -> dict:
+    """Train ``recipe`` with verl from ``start_model`` (default: the config's model) as
+    ``settings`` say (its ``retriever_url`` set), then bring its model back; the run nests
+    under ``parent`` if given."""
+    if settings.retriever_url is None:
+        raise ValueError("rl-verl needs settings.retriever_url: the server its rollouts search")
     config = recipe.config
     run_name = run_name or f"{recipe.name}-verl"
     start_model = start_model or config.model
@@ -38,28 +43,69 @@ def rl_on_verl(recipe: Recipe, hydra_overrides: list[str], composed: str,
     with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
             tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                                  parent=parent) as run_id:
-        tracking.log_text(run_id, composed, "verl/ppo_trainer.yaml")
-        status = launch.launch(hydra_overrides, run_id=run_id)
-        if status != 0:
-            raise RuntimeError(f"verl's trainer exited with status {status}; its log is above")
-        results = import_run(recipe, run_id, version["digest"])
+        train = train_ur2 if recipe.name == "ur2" else train_once
+        step, model_dir = train(recipe, settings, start_model, run_id)
+        primary = recipe.agents[0]
+        versions = rl.register(recipe, run_id, {primary: model_dir}, version["digest"])
+        tracking.set_tags(run_id, {"verl.step": str(step)})
+        print(f"verl's step {step} → {model_dir} → {recipe.registry_names()[primary]} "
+              f"v{versions[primary]}")
+    results = {"run_id": run_id, "step": step, "model_dir": str(model_dir),
+               "versions": versions, "version": versions[primary]}
     if config.evaluate is not None:
-        results |= benchmark_stages(recipe, run_name, start_model,
-                                    {recipe.agents[0]: Path(results["model_dir"])},
-                                    results["versions"])
+        results |= benchmark_stages(recipe, run_name, start_model, {primary: model_dir},
+                                    versions)
     return results
 
 
-def import_run(recipe: Recipe, run_id: str, data_digest: str) -> dict:
-    """The newest checkpoint verl saved for ``recipe`` merged into ``checkpoint_dir/verl-export``
-    and registered under the run, as ``rl.register`` does for the local engine."""
-    root = Path(recipe.config.checkpoint_dir)
-    step, actor = checkpoints.latest_actor(root / launch.CHECKPOINTS)
-    model_dir = checkpoints.merge_to_hf(actor, root / "verl-export" / f"step-{step}")
-    primary = recipe.agents[0]
-    versions = rl.register(recipe, run_id, {primary: model_dir}, data_digest)
-    tracking.set_tags(run_id, {"verl.step": str(step)})
-    print(f"verl's step {step} → {model_dir} → {recipe.registry_names()[primary]} "
-          f"v{versions[primary]}")
-    return {"run_id": run_id, "step": step, "model_dir": str(model_dir), "versions": versions,
-            "version": versions[primary]}
+def train_once(recipe: Recipe, settings: VerlSection, start_model: str,
+               run_id: str) -> tuple[int, Path]:
+    """One verl run of the recipe's config; its newest checkpoint merged: (step, directory)."""
+    from advrag.models.loading import resolve_model_dir
+
+    config = recipe.config
+    hydra_overrides, composed = launch.prepare(
+        config, settings.out_dir, model_path=resolve_model_dir(start_model),
+        retriever_url=settings.retriever_url, gpus=settings.gpus, nodes=settings.nodes)
+    run_verl(hydra_overrides, composed, run_id, "verl")
+    return merged(launch.stage_root(config), Path(config.checkpoint_dir) / "verl-export")
+
+
+def train_ur2(recipe: Recipe, settings: VerlSection, start_model: str,
+              run_id: str) -> tuple[int, Path]:
+    """UR² on verl: curation with the start policy (here, nested), then each stage a verl run
+    on its pool (all the training questions when curation left it empty), prompted by task
+    mixing, from the previous stage's merged model: the last one's (step, directory)."""
+    from advrag.models.loading import resolve_model_dir
+
+    config = recipe.config
+    curate_with(recipe, start_model, run_id)
+    model, step = resolve_model_dir(start_model), 0
+    for stage in launch.ur2_stage_steps(config):
+        records = recipe.pools.get(stage) or recipe.training_questions()
+        hydra_overrides, composed = launch.prepare_ur2_stage(
+            config, settings.out_dir, stage=stage, records=records,
+            retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
+            search_prompt=recipe.search_prompt(), model_path=str(model),
+            retriever_url=settings.retriever_url, gpus=settings.gpus, nodes=settings.nodes)
+        run_verl(hydra_overrides, composed, run_id, f"verl/stage-{stage}")
+        step, model = merged(launch.stage_root(config, stage),
+                             Path(config.checkpoint_dir) / "verl-export" / f"stage-{stage}")
+    return step, model
+
+
+def run_verl(hydra_overrides: list[str], composed, run_id: str, name: str) -> None:
+    """verl's trainer with ``hydra_overrides`` (its composed config logged as
+    ``<name>/ppo_trainer.yaml``); an error exit fails the run."""
+    from omegaconf import OmegaConf
+
+    tracking.log_text(run_id, OmegaConf.to_yaml(composed), f"{name}/ppo_trainer.yaml")
+    status = launch.launch(hydra_overrides, run_id=run_id)
+    if status != 0:
+        raise RuntimeError(f"verl's trainer exited with status {status}; its log is above")
+
+
+def merged(root: Path, export: Path) -> tuple[int, Path]:
+    """The newest checkpoint under verl's ``root`` merged into ``export/step-<N>``."""
+    step, actor = checkpoints.latest_actor(root)
+    return step, checkpoints.merge_to_hf(actor, export / f"step-{step}")

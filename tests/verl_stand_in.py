@@ -1,6 +1,6 @@
-"""verl's checkpoint, written as verl's trainer writes it, on the CPU: its own
-FSDPCheckpointManager saving a two-rank FSDP2 model (gloo) where a test says (tests of the
-verl checkpoint import and of the flow `rl-verl`)."""
+"""Stand-ins for the verl tests: verl's checkpoint, written as verl's trainer writes it, on
+the CPU (its own FSDPCheckpointManager saving a two-rank FSDP2 model over gloo where a test
+says), and a scripted UR² summariser for a retrieval server that summarises."""
 
 from __future__ import annotations
 
@@ -76,3 +76,19 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
+
+
+class Summarising:
+    """UR²'s summariser, scripted: "tragedy" queries get a summary, the rest the fallback."""
+
+    def __init__(self) -> None:
+        from advrag.retrieval.summary import SummaryStats
+
+        self.stats = SummaryStats()  # what the server's /health reports
+
+    def summarise(self, pairs):
+        from advrag.common.types import Summary
+        from advrag.retrieval.summary import SUMMARY_FALLBACK_MESSAGE
+
+        return [Summary(f"A summary about {q}.", "summary") if "tragedy" in q
+                else Summary(SUMMARY_FALLBACK_MESSAGE, "fallback") for q, _ in pairs]

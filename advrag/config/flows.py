@@ -331,7 +331,7 @@ class PipelineConfig(Strict):
     cache_dir: Path = Field(Path(".cache/advrag/pipeline"), description="Finished stages, by "
                             "the hash of their inputs: a rerun skips them, a killed run resumes.")
     verl: VerlSection | None = Field(None, description="Train the RL stage with verl's trainer "
-                                     "on GPUs (single-policy recipes: grpo); unset: the local "
+                                     "on GPUs (single-policy recipes: grpo, ur2); unset: the local "
                                      "engine.")
 
     @model_validator(mode="after")

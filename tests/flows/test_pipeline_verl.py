@@ -82,9 +82,20 @@ def test_a_recipe_verl_cannot_train_is_refused_before_any_stage(project, tiny_po
 
     config = grpo_pipeline(project, tiny_policy_dir)
     gar = write(project / "gar.yaml", {"recipe": "gar", "model": str(tiny_policy_dir)})
-    with pytest.raises(ConfigError, match="verl: --engine verl runs recipe grpo for now"):
+    with pytest.raises(ConfigError, match="verl: --engine verl runs recipes grpo and ur2 for now"):
         pipeline(config.model_copy(update={"recipe": gar}))
     assert not (project / "data" / "world").exists()  # nothing was built
+
+
+def test_ur2s_summaries_on_verl_need_a_summarising_server(project, tiny_policy_dir):  # noqa: F811
+    from advrag.flows.pipeline import pipeline
+
+    config = grpo_pipeline(project, tiny_policy_dir)
+    ur2 = write(project / "ur2.yaml", {"recipe": "ur2", "model": str(tiny_policy_dir),
+                                       "summary": {"summarise": True}})
+    with pytest.raises(ConfigError, match="UR²'s summaries need a retrieval server started "
+                                          "with --summarise: set verl.retriever_url"):
+        pipeline(config.model_copy(update={"recipe": ur2}))
 
 
 def test_several_nodes_need_a_shared_retrieval_server():

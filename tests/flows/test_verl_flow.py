@@ -6,6 +6,8 @@ manager, test_verl_checkpoints) where the composed config says."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import pytest
 import torch
@@ -16,11 +18,14 @@ pytestmark = pytest.mark.slow
 from verl_stand_in import verl_saves, weights  # noqa: E402
 
 from advrag.config import BenchmarkConfig  # noqa: E402
+from advrag.config.flows import VerlSection  # noqa: E402
 from advrag.engines.verl import launch  # noqa: E402
 from advrag.flows.verl import rl_on_verl  # noqa: E402
 from advrag.recipes.grpo import GrpoConfig  # noqa: E402
 from advrag.recipes.grpo.recipe import GrpoRecipe  # noqa: E402
 from advrag.tasks import tracking  # noqa: E402
+
+URL = "http://127.0.0.1:8000"  # the stand-in trainer searches nothing
 
 
 def test_verls_checkpoint_comes_back_registered_and_benchmarked(
@@ -35,24 +40,21 @@ def test_verls_checkpoint_comes_back_registered_and_benchmarked(
                         world_dir=small_world_dir, index_dir=small_index_dir,
                         experiment="verl-test", registered_model="tiny-verl",
                         evaluate=evaluate, benchmark_base=False)
-    hydra_overrides, composed = launch.prepare(config, tmp_path / "verl-data",
-                                               model_path=str(tiny_policy_dir),
-                                               retriever_url="http://127.0.0.1:8000", gpus=1,
-                                               nodes=1)
     launched = {}
 
     def trainer(overrides, run_id=None):
         """verl's trainer as far as the flow sees it: a checkpoint where it was told."""
-        launched.update(run_id=run_id, overrides=overrides)
-        verl_saves(tiny_policy_dir, tmp_path / "ckpt" / launch.CHECKPOINTS, step=2)
+        values = dict(o.split("=", 1) for o in overrides)
+        launched.update(run_id=run_id, values=values)
+        verl_saves(tiny_policy_dir, Path(values["trainer.default_local_dir"]), step=2)
         return 0
 
     monkeypatch.setattr(launch, "launch", trainer)
-    result = rl_on_verl(GrpoRecipe(config), hydra_overrides, "trainer: {}\n")
+    result = rl_on_verl(GrpoRecipe(config), VerlSection(out_dir=tmp_path / "verl-data", retriever_url=URL))
 
-    assert launched["overrides"] == hydra_overrides and launched["run_id"] == result["run_id"]
-    assert "trainer.logger=[console,mlflow]" in hydra_overrides
-    assert composed.trainer.default_local_dir == str(tmp_path / "ckpt" / "verl")
+    assert launched["run_id"] == result["run_id"]
+    assert launched["values"]["trainer.logger"] == "[console,mlflow]"
+    assert launched["values"]["trainer.default_local_dir"] == str(tmp_path / "ckpt" / "verl")
     run = mlflow.get_run(result["run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.tags["engine"] == "verl" and run.data.tags["verl.step"] == "2"
@@ -78,7 +80,7 @@ def test_a_failed_trainer_fails_the_run_and_registers_nothing(
                         experiment="verl-fail", registered_model="tiny-verl-fail")
     monkeypatch.setattr(launch, "launch", lambda overrides, run_id=None: 3)
     with pytest.raises(RuntimeError, match="verl's trainer exited with status 3"):
-        rl_on_verl(GrpoRecipe(config), [], "trainer: {}\n")
+        rl_on_verl(GrpoRecipe(config), VerlSection(out_dir=tmp_path / "verl-data", retriever_url=URL))
     (run,) = mlflow.search_runs(experiment_names=["verl-fail"], output_format="list")
     assert run.info.status == "FAILED"
     with pytest.raises(mlflow.exceptions.MlflowException):

@@ -10,6 +10,7 @@ import json
 import pytest
 from fakes import ScriptedGenerator, cut_after_stop
 from stand_in_http import serving_app
+from verl_stand_in import Summarising
 
 pytest.importorskip("verl", reason="verl is not installed here: run `make verl`")
 
@@ -19,7 +20,6 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from advrag.agents.prompts import FALLBACK_HINT  # noqa: E402
 from advrag.agents.search_loop import run_search_agent  # noqa: E402
-from advrag.common.types import Summary  # noqa: E402
 from advrag.engines.verl.agent_loop import (  # noqa: E402
     DirectAnswerAgentLoop,
     SearchR1AgentLoop,
@@ -32,7 +32,6 @@ from advrag.engines.verl.rewards import (  # noqa: E402
 from advrag.retrieval.bm25 import BM25Index, build_bm25_dir  # noqa: E402
 from advrag.retrieval.retriever import BM25Retriever, read_passages  # noqa: E402
 from advrag.retrieval.server import create_app  # noqa: E402
-from advrag.retrieval.summary import SUMMARY_FALLBACK_MESSAGE  # noqa: E402
 
 DOCS = [{"id": "p1", "contents": "Hamlet\nHamlet is a tragedy written by William Shakespeare."},
         {"id": "p2", "contents": "Paris\nParis is the capital of France."}]
@@ -71,14 +70,6 @@ def retriever(tmp_path_factory):
 def server_url(retriever):
     with serving_app(create_app(retriever)) as url:
         yield url
-
-
-class Summarising:
-    """UR²'s summariser, scripted: "tragedy" queries get a summary, the rest the fallback."""
-
-    def summarise(self, pairs):
-        return [Summary(f"A summary about {q}.", "summary") if "tragedy" in q
-                else Summary(SUMMARY_FALLBACK_MESSAGE, "fallback") for q, _ in pairs]
 
 
 @pytest.fixture(scope="module")

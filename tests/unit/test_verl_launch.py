@@ -112,9 +112,9 @@ def test_a_key_verl_does_not_have_is_named(tmp_path, grpo):
 
 
 def test_recipes_the_launcher_cannot_carry_are_refused(small_world_dir):
-    ur2 = recipe_for(ROOT / "configs" / "ur2.yaml", {"world_dir": str(small_world_dir)}).config
-    with pytest.raises(ValueError, match="runs recipe grpo for now; 'ur2'"):
-        launch.refuse_unmapped(ur2)
+    arr = recipe_for(ROOT / "configs" / "arr.yaml", {"world_dir": str(small_world_dir)}).config
+    with pytest.raises(ValueError, match="runs recipes grpo and ur2 for now; 'arr'"):
+        launch.refuse_unmapped(arr)
     rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
     with pytest.raises(ValueError, match="exploration: null"):
         launch.refuse_unmapped(rex)
@@ -138,3 +138,21 @@ def test_the_command_line_dry_run_and_the_launch_without_a_gpu(tmp_path, small_w
     launched = CliRunner().invoke(app, args)
     assert launched.exit_code == 1
     assert "verl's trainer runs on GPUs and torch sees none here" in launched.output
+
+
+def test_a_ur2_dry_run_shows_one_verl_run_per_stage(tmp_path, small_world_dir):
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+
+    dry = CliRunner().invoke(app, [
+        "rl", "--config", str(ROOT / "configs" / "ur2.yaml"), "--engine", "verl", "--dry-run",
+        "--set", f"world_dir={small_world_dir}", "--set", "summary.summarise=false",
+        "--out-dir", str(tmp_path)])
+    assert dry.exit_code == 0, dry.output
+    commands = [line for line in dry.output.splitlines()
+                if line.startswith("VERL_USE_EXTERNAL_MODULES=")]
+    assert len(commands) == 2
+    for stage, command in zip((1, 2), commands):
+        assert f"reward_kwargs.stage={stage}" in command and "name=ur2_score" in command
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stage-1", "stage-2"]

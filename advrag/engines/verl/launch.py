@@ -1,4 +1,4 @@
-"""``advrag rl --engine verl``: a GRPO recipe config as a run of verl's ``main_ppo`` on Ray.
+"""``advrag rl --engine verl``: a GRPO or UR² recipe config as runs of verl's ``main_ppo`` on Ray.
 
 Three steps, each checkable on a CPU:
 
@@ -17,9 +17,10 @@ Three steps, each checkable on a CPU:
 4. **Back** (the flow ``rl-verl``, ``advrag.flows.verl``): verl's metrics go to the run's
    MLflow run, and its newest checkpoint is merged, registered and benchmarked.
 
-What does not map: the local engine's SFT warm-up (verl starts from ``model``, so point it at
-a warmed-up model) and the recipe-specific steps of UR² and REX-RAG (UR²'s two reward stages,
-REX-RAG's probes), which this launcher refuses; two-policy recipes (ARR, GAR) stay local.
+UR² is two verl runs, one per stage (``prepare_ur2_stage``: the stage's pool with task mixing's
+rows, UR²'s reward of the stage, its steps and checkpoint directory). What does not map: the
+local engine's SFT warm-up (verl starts from ``model``, so point it at a warmed-up model) and
+REX-RAG's probes, which this launcher refuses; two-policy recipes (ARR, GAR) stay local.
 """
 
 from __future__ import annotations
@@ -103,17 +104,87 @@ def agent_loop_file(path: Path, config: Any, retriever_url: str) -> Path:
 
 def refuse_unmapped(config: Any) -> None:
     """A config whose training the verl path would change is refused, naming what to drop."""
-    if config.recipe != "grpo":
-        raise ValueError(f"--engine verl runs recipe grpo for now; {config.recipe!r} trains "
-                         "with steps the verl path does not have yet (docs/verl.md): run it "
-                         "locally")
+    if config.recipe not in ("grpo", "ur2"):
+        raise ValueError(f"--engine verl runs recipes grpo and ur2 for now; {config.recipe!r} "
+                         "trains with steps the verl path does not have yet (docs/verl.md): "
+                         "run it locally")
     if getattr(config, "exploration", None) is not None:
         raise ValueError("--engine verl has no REX-RAG probes yet: set exploration: null")
+
+
+def ur2_stage_steps(config: Any) -> dict[int, int]:
+    """UR²'s stages on verl, each its own verl run: stage → its updates (none: left out)."""
+    first = min(config.stage1_steps, config.steps)
+    return {stage: steps for stage, steps in ((1, first), (2, config.steps - first)) if steps}
+
+
+def stage_root(config: Any, stage: int | None = None) -> Path:
+    """verl's ``default_local_dir`` of a run (of a UR² ``stage``)."""
+    root = Path(config.checkpoint_dir) / CHECKPOINTS
+    return root if stage is None else root / f"stage-{stage}"
+
+
+def require_summaries(config: Any, retriever_url: str) -> None:
+    """UR² with ``summary.summarise`` reads summaries from the retrieval server: refuse one
+    that does not summarise (its ``/health`` has no summariser counts)."""
+    import httpx
+
+    if not getattr(getattr(config, "summary", None), "summarise", False):
+        return
+    try:
+        health = httpx.get(f"{retriever_url.rstrip('/')}/health", timeout=30).json()
+    except (httpx.HTTPError, ValueError) as error:
+        raise ValueError(f"UR² summaries: the retrieval server at {retriever_url} did not "
+                         f"answer /health ({error})") from None
+    if "summaries" not in health:
+        raise ValueError(f"UR² summaries: the retrieval server at {retriever_url} serves raw "
+                         "documents; start it with `advrag serve-retriever --summarise`, or "
+                         "set summary.summarise: false")
+
+
+def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequence[QARecord],
+                      retrieval: Sequence[bool], search_prompt: Callable[[str], str],
+                      model_path: str, retriever_url: str, gpus: int,
+                      nodes: int) -> tuple[list[str], Any]:
+    """One UR² stage as a verl run under ``out_dir/stage-<n>``: its questions prompted by task
+    mixing (``retrieval``), UR²'s reward of the stage (its metric and fallback penalty), its
+    updates and its own checkpoint directory; the overrides and the composed config."""
+    from advrag.datasets.loaders import load_qa
+
+    require_summaries(config, retriever_url)
+    stage_dir = out_dir / f"stage-{stage}"
+    files = {"train": export_parquet(records, stage_dir / "train.parquet", "train",
+                                     retrieval=retrieval, search_prompt=search_prompt),
+             "dev": export_parquet(load_qa(Path(config.world_dir) / "dev.jsonl"),
+                                   stage_dir / "dev.parquet", "dev", search_prompt=search_prompt),
+             "agent_loop": agent_loop_file(stage_dir / "agent_loops.yaml", config, retriever_url)}
+    values = override_values(config, model_path, files, gpus=gpus, nodes=nodes)
+    del values["+reward.custom_reward_function.reward_kwargs.format_penalty"]  # not UR²'s
+    values |= {"reward.custom_reward_function.name": "ur2_score",
+               "+reward.custom_reward_function.reward_kwargs.stage": stage,
+               "+reward.custom_reward_function.reward_kwargs.fallback_penalty":
+                   config.fallback_penalty,
+               "trainer.total_training_steps": ur2_stage_steps(config)[stage],
+               "trainer.default_local_dir": str(stage_root(config, stage)),
+               "trainer.experiment_name": f"ur2-stage-{stage}"}
+    hydra_overrides = as_overrides(values)
+    return hydra_overrides, compose(hydra_overrides)
 
 
 def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
               nodes: int) -> list[str]:
     """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step 2)."""
+    return as_overrides(override_values(config, model_path, files, gpus=gpus, nodes=nodes))
+
+
+def as_overrides(values: dict[str, Any]) -> list[str]:
+    """``key=value`` in Hydra's override grammar."""
+    return [f"{key}={_hydra_value(value)}" for key, value in values.items()]
+
+
+def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
+                    nodes: int) -> dict[str, Any]:
+    """``overrides`` as a mapping (a UR² stage changes some of them)."""
     optim, lora = config.optim, config.lora
     prompt_tokens = 512  # the search prompt and question; the rest of max_seq_len is the episode
     values: dict[str, Any] = {
@@ -152,14 +223,14 @@ def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int
         "+reward.custom_reward_function.reward_kwargs.format_penalty": config.format_penalty,
         "trainer.total_training_steps": config.steps,
         "trainer.save_freq": config.checkpoint_every,
-        "trainer.default_local_dir": str(Path(config.checkpoint_dir) / CHECKPOINTS),
+        "trainer.default_local_dir": str(stage_root(config)),
         "trainer.project_name": config.experiment,
         "trainer.experiment_name": config.recipe,
         "trainer.logger": "[console,mlflow]",
         "trainer.n_gpus_per_node": gpus,
         "trainer.nnodes": nodes,
     }
-    return [f"{key}={_hydra_value(value)}" for key, value in values.items()]
+    return values
 
 
 def _hydra_value(value: Any) -> str:
@@ -198,6 +269,8 @@ def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, 
     from advrag.datasets.loaders import load_qa
 
     refuse_unmapped(config)
+    if config.recipe == "ur2":
+        raise ValueError("UR² runs as two verl runs, one per stage: prepare_ur2_stage")
     files = {split: export_parquet(load_qa(Path(config.world_dir) / f"{split}.jsonl"),
                                    out_dir / f"{split}.parquet", split)
              for split in ("train", "dev")}
