@@ -399,8 +399,8 @@ def rl(
 
 def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: int, nodes: int,
                 retriever_url: str, out_dir: Path) -> None:
-    """``--engine verl``: data and verl's config prepared here, then the launch (or, with
-    ``dry_run``, the command and the config printed); a refusal is one error line."""
+    """``--engine verl``: refusals checked here (one error line), then the flow ``rl-verl``
+    prepares, launches and brings the model back; with ``dry_run``, each run printed."""
     from advrag.recipes import recipe_for
 
     with config_errors():
