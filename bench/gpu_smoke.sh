@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# What only a GPU machine can show, in one run: FAISS on the GPU, and verl's trainer running
-# advrag's plugin end to end (estimators, loss, rewards, the Search-R1 agent loop against
-# advrag's retrieval server) for two updates of configs/train.yaml.
+# What only a GPU machine can show, in one run: the GPU workers' hash-locked environment
+# installs and imports, FAISS on the GPU, and verl's trainer running advrag's plugin end to end
+# (estimators, loss, rewards, the Search-R1 agent loop against advrag's retrieval server) for
+# two updates of configs/train.yaml, its checkpoint merged back and registered.
 #
 #   bash bench/gpu_smoke.sh            # from the repository root, on a machine with a GPU
 #
-# Needs: an NVIDIA GPU with its driver, network to PyPI (it installs advrag[gpu,verl] and
-# faiss-gpu-cu12 into .venv-gpu), about 20 minutes. Writes bench/results/gpu_smoke.json:
-# each check's outcome and seconds, the GPU's name, and the versions used. Exits non-zero at
-# the first failed check, with that check named.
+# Needs: an NVIDIA GPU with its driver, Python 3.12 (the lock's; PYTHON names another
+# interpreter), network to PyPI (it installs infra/worker/requirements.lock, as the workers
+# do, into .venv-gpu), about 20 minutes. Writes bench/results/gpu_smoke.json: each check's
+# outcome and seconds, the GPU's name, and the versions used. Exits non-zero at the first
+# failed check, with that check named.
 set -euo pipefail
 
+PYTHON=${PYTHON:-python3.12}
 VENV=.venv-gpu
 OUT=bench/results/gpu_smoke.json
 RUN_DIR=.cache/advrag/gpu-smoke
@@ -30,12 +33,10 @@ timed() {  # timed NAME COMMAND...: run COMMAND, record its seconds under NAME
 
 check_gpu() { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; }
 
-install() {
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q -U pip
-  "$VENV/bin/pip" install -q -e '.[gpu,verl]'
-  "$VENV/bin/pip" uninstall -q -y faiss-cpu
-  "$VENV/bin/pip" install -q 'faiss-gpu-cu12==1.14.1.post1'
+install() {  # what the GPU workers install: the hash-locked set, then advrag alone
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --require-hashes --no-deps -r infra/worker/requirements.lock
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
 }
 
 faiss_on_gpu() {  # the index builds on the GPU and answers as the CPU index does
@@ -69,6 +70,7 @@ verl_two_updates() {
     --retriever-url "http://127.0.0.1:$PORT" --out-dir "$RUN_DIR" \
     --set steps=2 --set checkpoint_every=2 --set warmup=null
   ls .cache/advrag/checkpoints/train/verl > /dev/null  # configs/train.yaml's, /verl
+  ls .cache/advrag/checkpoints/train/verl-export/step-2/config.json > /dev/null  # merged back
 }
 
 write_results() {
