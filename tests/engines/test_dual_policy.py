@@ -23,8 +23,8 @@ from dual_resume_worker import (
 from advrag.engines.local.dual import (
     AgentTrainers,
     agent_generators,
+    common_steps,
     export_policy,
-    latest_common_step,
     shared_lora_policies,
 )
 from advrag.engines.local.generation import HFGenerator, SnapshotGenerator, inference_copy
@@ -209,7 +209,7 @@ def test_a_killed_process_resumes_both_agents_exactly(
         worker.kill()
         worker.wait(timeout=30)
     assert lines and lines[-1].startswith("checkpointed 2"), lines
-    assert latest_common_step(checkpoints) in (2, 3)
+    assert common_steps(checkpoints)[-1] in (2, 3)
     shutil.rmtree(checkpoints / "reasoner" / "step-00000003", ignore_errors=True)
     shutil.rmtree(checkpoints / "verifier" / "step-00000003", ignore_errors=True)
     for agent in ("reasoner", "verifier"):
@@ -237,12 +237,12 @@ def test_resume_takes_the_newest_step_both_agents_saved(tiny_policy_dir, world, 
     run(dual, generators, retriever, records, position=0, until=2, checkpoint_root=tmp_path)
     # a kill between the two agents' saves: the verifier never wrote step 2
     shutil.rmtree(tmp_path / "verifier" / "step-00000002")
-    assert latest_common_step(tmp_path) == 1
+    assert common_steps(tmp_path) == [1]
     fresh, _ = build(tiny_policy_dir, records)
     state = fresh.resume(tmp_path)
     assert state["step"] == 1 and fresh.step == 1
     assert fresh["reasoner"].step == fresh["verifier"].step == 1
-    assert latest_common_step(tmp_path / "nothing") is None
+    assert common_steps(tmp_path / "nothing") == []
     with pytest.raises(ValueError, match="keep_last"):
         dual.save(tmp_path, data_position=2, keep_last=1)
 

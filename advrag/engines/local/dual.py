@@ -190,12 +190,6 @@ def common_steps(root: str | Path, names: Sequence[str] = AGENTS) -> list[int]:
     return sorted(set.intersection(*steps)) if steps else []
 
 
-def latest_common_step(root: str | Path, names: Sequence[str] = AGENTS) -> int | None:
-    """The newest checkpoint step that every agent has, or None."""
-    steps = common_steps(root, names)
-    return steps[-1] if steps else None
-
-
 def agent_dir(root: str | Path, name: str, names: Sequence[str]) -> Path:
     """Where agent ``name`` keeps its checkpoints: ``root`` for a lone agent, else ``root/name``."""
     return Path(root) if len(names) == 1 else Path(root) / name
