@@ -28,6 +28,8 @@ from pathlib import Path
 
 import httpx
 
+from advrag.common.health import answers
+
 HOST = "127.0.0.1"
 
 
@@ -70,11 +72,8 @@ def local_api(home: Path) -> str | None:
     if not path.is_file():
         return None
     url = path.read_text().strip()
-    try:
-        if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-            return url
-    except httpx.HTTPError:
-        pass
+    if answers(f"{url}/health"):
+        return url
     path.unlink(missing_ok=True)
     return None
 
@@ -214,11 +213,8 @@ def wait_healthy(url: str, timeout_s: float, home: Path) -> None:
     """Poll ``/health`` until the server answers; fail early if it exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        if answers(f"{url}/health"):
+            return
         if running(home, "server") is None:
             raise SchedulingError(f"the Prefect server exited; see {home / 'server.log'}")
         time.sleep(0.5)

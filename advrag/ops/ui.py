@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from advrag.common.health import answers
 from advrag.ops.scheduling import API_URL_FILE, guarded
 
 HOST = "127.0.0.1"
@@ -81,14 +80,6 @@ def prefect_spec(home: Path, port: int = 4200) -> ServerSpec:
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", **guarded(url)}
     return ServerSpec("Prefect", cmd, env, url, f"{url}/api/health", home / "ui-server.log",
                       home / API_URL_FILE)
-
-
-def answers(health_url: str) -> bool:
-    """Whether something answers the health check with 200."""
-    try:
-        return httpx.get(health_url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def launch(spec: ServerSpec) -> Server:

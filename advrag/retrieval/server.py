@@ -331,7 +331,7 @@ def serving(index_dir: str | os.PathLike, kind: str = "dense", host: str = "127.
     import sys
     import tempfile
 
-    import httpx
+    from advrag.common.health import answers
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -349,11 +349,8 @@ def serving(index_dir: str | os.PathLike, kind: str = "dense", host: str = "127.
                 log.seek(0)
                 raise RuntimeError(f"the retrieval server on {index_dir} exited "
                                    f"({proc.returncode}): {log.read()[-1500:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+            if answers(f"{url}/health"):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the retrieval server on {index_dir} did not answer within "
                                    f"{start_timeout_s:g} s")
