@@ -68,7 +68,8 @@ vllm: $(VENV)/.vllm-installed
 # verl 0.9.1 for the plugin's tests, the same way (requirements-verl-cpu.txt says why).
 $(VENV)/.verl-installed: $(VENV)/.installed requirements-verl-cpu.txt
 	$(PY) -m pip freeze --exclude-editable | grep -v ' @ ' > $(VENV)/pins.txt
-	$(PY) -m pip install -q --no-compile --no-deps verl==0.9.1
+	$(PY) -m pip install -q --no-compile --no-deps verl==0.9.1 TransferQueue==0.1.11 \
+	  tensordict==0.10.0 pyvers==0.1.0
 	$(PY) -m pip install -q --no-compile -c $(VENV)/pins.txt -r requirements-verl-cpu.txt
 	$(COMPILE)
 	touch $@
