@@ -83,6 +83,12 @@ def open_probe(traj: Trajectory, *, origin: int, prompt_index: int, prompt: str)
     return probe
 
 
+def pool_token_ids(pool: Sequence[str], tokenizer) -> list[list[int]]:
+    """Each pool prompt's tokens as a probe inserts it (``probe_observation``, tokenised alone):
+    what the policy correction's pool distribution is over."""
+    return [tokenizer(probe_observation(p), add_special_tokens=False)["input_ids"] for p in pool]
+
+
 def without_answer(output: str) -> str:
     """One turn's model output up to its ``<answer>`` action (the answer and what followed
     it removed); unchanged when the turn has no closed answer."""

@@ -28,7 +28,7 @@ where the probe policy can be 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -117,6 +117,58 @@ def updated_keep_ratio(keep_ratio: float, probe_accuracy: float, weight: float =
     """The next step's keep ratio: an exponential average moving ``weight`` of the way from
     ``keep_ratio`` towards the probes' accuracy this step."""
     return (1.0 - weight) * keep_ratio + weight * probe_accuracy
+
+
+ROLES = ("policy", "prefix", "prompt", "continuation")
+"""Token roles in a corrected batch (``probe_token_probs``): every loss token of a policy
+trajectory; on a probe, its loss tokens before the inserted prompt, the prompt's tokens, and
+its loss tokens after the prompt."""
+
+
+def prompt_token_probs(pool_ids: Sequence[Sequence[int]], prompt: int,
+                       correction: str) -> list[float]:
+    """μ on the tokens of pool prompt ``prompt``: the pool's own distribution (``fine``), or
+    1/|pool| then 1 (``coarse``)."""
+    if correction == "fine":
+        return pool_next_token_probs(pool_ids, pool_ids[prompt])
+    if correction == "coarse":
+        return [1.0 / len(pool_ids)] + [1.0] * (len(pool_ids[prompt]) - 1)
+    raise ValueError(f"correction {correction!r} has no probe policy: choose fine or coarse")
+
+
+def probe_token_probs(old_log_prob: Tensor, roles: Mapping[str, Tensor],
+                      prompts: Sequence[int | None], pool_ids: Sequence[Sequence[int]], *,
+                      failure_rate: float, correction: str) -> Tensor:
+    """μ of every token ``(batch, seq)``: 0 on policy rows (``prompts[row]`` None) and off the
+    roles' tokens; on a probe row (the index of the pool prompt it inserted),
+    ``probe_prefix_prob`` on its prefix, ``prompt_token_probs`` on its prompt and π_old on its
+    continuation. ``roles``: role → bool mask ``(batch, seq)`` (``ROLES``)."""
+    mu = torch.zeros_like(old_log_prob)
+    for row, prompt in enumerate(prompts):
+        if prompt is None:
+            continue
+        prefix = roles["prefix"][row]
+        mu[row, prefix] = probe_prefix_prob(old_log_prob[row, prefix], failure_rate)
+        prompt_at = roles["prompt"][row].nonzero().flatten()
+        probs = prompt_token_probs(pool_ids, prompt, correction)
+        mu[row, prompt_at] = torch.tensor(probs[:len(prompt_at)], dtype=mu.dtype)
+        after = roles["continuation"][row]
+        mu[row, after] = old_log_prob[row, after].exp()
+    return mu
+
+
+def corrected_log_probs(old_log_prob: Tensor, roles: Mapping[str, Tensor],
+                        prompts: Sequence[int | None], pool_ids: Sequence[Sequence[int]], *,
+                        probe_share: float, failure_rate: float,
+                        correction: str) -> tuple[Tensor, dict[str, float]]:
+    """log μ_mix of every token (``behaviour_log_prob`` of ``probe_token_probs``) and the mean
+    importance ratio π_old/μ_mix of each role's tokens (roles without tokens left out)."""
+    mu = probe_token_probs(old_log_prob, roles, prompts, pool_ids, failure_rate=failure_rate,
+                           correction=correction)
+    behaviour = behaviour_log_prob(old_log_prob, mu, probe_share)
+    ratio = (old_log_prob - behaviour).exp()
+    ratios = {role: float(ratio[mask].mean()) for role, mask in roles.items() if bool(mask.any())}
+    return behaviour, ratios
 
 
 def _log(x: float) -> float:

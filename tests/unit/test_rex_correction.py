@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
+from advrag.agents.probes import pool_token_ids
 from advrag.agents.types import ProbeOrigin, Trajectory
 from advrag.engines.local.tokenize import encode_trajectories
-from advrag.recipes.rex_rag.correction import Correction, pool_token_ids, token_roles
+from advrag.recipes.rex_rag.correction import Correction, token_roles
 
 POOL = ["check again now", "check the sources"]
 

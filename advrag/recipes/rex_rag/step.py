@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from advrag.agents.probes import Prober
+from advrag.agents.probes import Prober, pool_token_ids
 from advrag.agents.prompts import exploration_pool
 from advrag.agents.search_loop import run_search_agent
 from advrag.agents.types import Trajectory
@@ -38,7 +38,7 @@ from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.grpo.step import RewardFn, rollout_metrics, score
 from advrag.recipes.rex_rag.config import RexExploration
-from advrag.recipes.rex_rag.correction import Correction, pool_token_ids, token_roles
+from advrag.recipes.rex_rag.correction import Correction, token_roles
 
 FullMarks = Callable[[str | None, QARecord], bool]
 """``(answer, record) → whether the answer earns full marks`` (correct; never probed)."""
