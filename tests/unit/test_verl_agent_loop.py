@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 
 import pytest
 from fakes import ScriptedGenerator, cut_after_stop
@@ -18,10 +19,13 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-from advrag.agents.prompts import FALLBACK_HINT  # noqa: E402
+from advrag.agents.probes import Prober  # noqa: E402
+from advrag.agents.prompts import FALLBACK_HINT, exploration_pool, probe_observation  # noqa: E402
 from advrag.agents.search_loop import run_search_agent  # noqa: E402
+from advrag.core.rewards import answer_reward  # noqa: E402
 from advrag.engines.verl.agent_loop import (  # noqa: E402
     DirectAnswerAgentLoop,
+    RexSearchAgentLoop,
     SearchR1AgentLoop,
 )
 from advrag.engines.verl.rewards import (  # noqa: E402
@@ -189,3 +193,105 @@ def test_a_direct_item_is_one_answer_all_the_policys_with_no_search(tokenizer, s
     direct = ur2_score("advrag", text, ["Paris"], {"retrieval_expected": False})
     searching = ur2_score("advrag", text, ["Paris"], {"retrieval_expected": True})
     assert direct["correct"] == 1.0 and direct["score"] > searching["score"]
+
+
+PROBE_RULES = {  # a wrong first answer; after the probe's prompt, a search, then the answer
+    "</information>": "<answer> William Shakespeare </answer>",
+    "Wait, I answered before": "<search> Hamlet tragedy </search>",
+    "Who wrote Hamlet?<|im_end|>": "<think> a guess </think>\n<answer> Marlowe </answer>",
+}
+
+
+def rex_episode(tokenizer, url, *, probe_prob=1.0, split="train", rules=PROBE_RULES,
+                truth=("William Shakespeare",), max_turns=2, response_length=2048):
+    """REX-RAG's agent loop on one training row (pool of one prompt): its outputs."""
+    servers = StandInServers(tokenizer, rules)
+
+    async def run():
+        loop = RexSearchAgentLoop(
+            trainer_config=DictConfigWrap(OmegaConf.create({"actor_rollout_ref": {"rollout": {
+                "prompt_length": 1024, "response_length": response_length}}})),
+            server_manager=servers, tokenizer=tokenizer, processor=None, dataset_cls=None,
+            data_config=DictConfigWrap(OmegaConf.create({})), retriever_url=url,
+            max_turns=max_turns, topk=1, probe_prob=probe_prob, pool_size=1,
+            reward_kwargs={"metric": "em", "format_penalty": 0.2})
+        return await loop.run({"temperature": 1.0}, uid="u1", session_id=0,
+                              raw_prompt=[{"role": "user", "content": "Who wrote Hamlet?"}],
+                              reward_model={"ground_truth": {"target": list(truth)}},
+                              extra_info={"split": split})
+
+    return asyncio.run(run())
+
+
+def local_probe(tokenizer, retriever):
+    """The local loop with a prober that probes every wrong answer (pool of one prompt)."""
+    class Chat(ScriptedGenerator):
+        def chat_prompt(self, user, system=None):
+            return tokenizer.apply_chat_template([{"role": "user", "content": user}],
+                                                 tokenize=False, add_generation_prompt=True)
+
+    prober = Prober(exploration_pool(1), 1.0, lambda i, answer: True, random.Random(0))
+    return run_search_agent(["Who wrote Hamlet?"], Chat(PROBE_RULES), retriever, max_turns=2,
+                            topk=1, prompt=lambda q: q, prober=prober)
+
+
+def trainable_runs(trajectory):
+    """A local trajectory's response as runs of trainable (policy, probe) and other text."""
+    runs: list[tuple[str, str]] = []
+    for segment in trajectory.segments[1:]:
+        source = "policy" if segment.source in ("policy", "probe") else "env"
+        if runs and runs[-1][1] == source:
+            runs[-1] = (runs[-1][0] + segment.text, source)
+        else:
+            runs.append((segment.text, source))
+    return runs
+
+
+def test_a_wrong_answer_opens_the_probe_the_local_loop_opens(tokenizer, retriever, server_url):
+    """The episode and its probe are the local loop's two trajectories, token runs and
+    scores: the episode answers Marlowe (EM 0), the probe, cut before that answer, gets the
+    pool's prompt in the mask, searches and answers right (EM 1)."""
+    policy, probe = rex_episode(tokenizer, server_url)
+    local_policy, local_probe_ = local_probe(tokenizer, retriever)
+    assert spans(tokenizer, policy) == trainable_runs(local_policy)
+    assert spans(tokenizer, probe) == trainable_runs(local_probe_)
+    for output, local in ((policy, local_policy), (probe, local_probe_)):
+        expected = answer_reward(local.answer, ["William Shakespeare"],
+                                 format_errors=local.format_errors, metric="em",
+                                 format_penalty=0.2)
+        assert output.extra_fields["advrag_score"] == output.reward_score == expected
+    assert (policy.reward_score, probe.reward_score) == (0.0, 1.0)
+    assert (policy.extra_fields["advrag_correct"], probe.extra_fields["advrag_correct"]) == \
+        (False, True)
+    where = probe.extra_fields["rex_probe"]
+    inserted = slice(where["start"], where["start"] + where["tokens"])
+    assert tokenizer.decode(probe.response_ids[inserted]) == probe_observation(
+        exploration_pool(1)[0])
+    assert set(probe.response_mask[inserted]) == {1}
+    assert policy.extra_fields["rex_probe"] is None
+    assert probe.response_ids[:where["start"]] == policy.response_ids[:where["start"]]
+
+
+@pytest.mark.parametrize("case", ["correct", "dev split", "never probed", "forced answer"])
+def test_no_probe_opens(tokenizer, server_url, case):
+    """A right answer, a row outside training, probe_prob 0, or an answer only in the forced
+    turn (the policy never acts before it): one output, scored."""
+    kwargs = {"correct": {"truth": ("Marlowe",)}, "dev split": {"split": "dev"},
+              "never probed": {"probe_prob": 0.0},
+              "forced answer": {"rules": {"Who wrote Hamlet?<|im_end|>": "I am not sure."},
+                                "max_turns": 1}}[case]
+    (output,) = rex_episode(tokenizer, server_url, **kwargs)
+    assert output.extra_fields["rex_probe"] is None
+    assert output.reward_score == (1.0 if case == "correct" else
+                                   -0.2 if case == "forced answer" else 0.0)
+
+
+def test_the_response_budget_cuts_the_inserted_prompt(tokenizer, server_url):
+    """A probe whose prompt reaches the budget records the tokens it got, fewer than the
+    prompt's (the trainer leaves such a probe out of the filter's ranking)."""
+    policy = rex_episode(tokenizer, server_url, probe_prob=0.0)[0]
+    budget = len(policy.response_ids) + 2
+    _, probe = rex_episode(tokenizer, server_url, response_length=budget)
+    assert len(probe.response_ids) == budget
+    assert 0 < probe.extra_fields["rex_probe"]["tokens"] < len(tokenizer.encode(
+        probe_observation(exploration_pool(1)[0]), add_special_tokens=False))

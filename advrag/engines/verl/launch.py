@@ -38,8 +38,10 @@ from advrag.datasets.records import QARecord
 
 AGENT_NAME = "advrag_search_r1"
 DIRECT_AGENT_NAME = "advrag_direct"
-"""verl's ``agent_name`` of a row that searches, and of one answered directly (UR²'s task
-mixing; ``agent_loop.DirectAnswerAgentLoop``)."""
+REX_AGENT_NAME = "advrag_rex_rag"
+"""verl's ``agent_name`` of a row that searches, of one answered directly (UR²'s task
+mixing; ``agent_loop.DirectAnswerAgentLoop``) and of one that searches and may be probed
+(REX-RAG; ``agent_loop.RexSearchAgentLoop``)."""
 CHECKPOINTS = "verl"
 """verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"

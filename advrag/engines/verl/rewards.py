@@ -89,26 +89,35 @@ def response_trajectory(response: str) -> Trajectory:
 
 
 def search_r1_score(data_source: str, solution_str: str, ground_truth: Any,
-                    extra_info: dict | None = None, *, metric: str = "em",
-                    format_penalty: float = 0.2) -> dict[str, float]:
+                    extra_info: dict | None = None, **settings: Any) -> dict[str, float]:
+    """``search_r1_terms`` of the transcript ``solution_str`` holds (verl's reward function)."""
+    return search_r1_terms(response_trajectory(solution_str), ground_truth, extra_info, **settings)
+
+
+def ur2_score(data_source: str, solution_str: str, ground_truth: Any,
+              extra_info: dict | None = None, **settings: Any) -> dict[str, float]:
+    """``ur2_terms`` of the transcript ``solution_str`` holds (verl's reward function)."""
+    return ur2_terms(response_trajectory(solution_str), ground_truth, extra_info, **settings)
+
+
+def search_r1_terms(trajectory: Trajectory, ground_truth: Any, extra_info: dict | None = None,
+                    *, metric: str = "em", format_penalty: float = 0.2) -> dict[str, float]:
     """Search-R1's outcome reward (``core.rewards.answer_reward``): the final answer's
     ``metric`` against the golden answers, less ``format_penalty`` after any format error."""
-    trajectory = response_trajectory(solution_str)
-    golds = golden_answers(ground_truth)
-    score = answer_reward(trajectory.answer, golds, format_errors=trajectory.format_errors,
-                          metric=metric, format_penalty=format_penalty)
+    score = answer_reward(trajectory.answer, golden_answers(ground_truth),
+                          format_errors=trajectory.format_errors, metric=metric,
+                          format_penalty=format_penalty)
     return {"score": score, "format_errors": float(trajectory.format_errors),
             "searches": float(trajectory.n_searches)}
 
 
-def ur2_score(data_source: str, solution_str: str, ground_truth: Any,
-              extra_info: dict | None = None, *, stage: int = 2, metric: str = "f1",
-              fallback_penalty: float = 0.5, retrieval_expected: bool = True) -> dict[str, float]:
+def ur2_terms(trajectory: Trajectory, ground_truth: Any, extra_info: dict | None = None, *,
+              stage: int = 2, metric: str = "f1", fallback_penalty: float = 0.5,
+              retrieval_expected: bool = True) -> dict[str, float]:
     """UR²'s reward of ``stage`` (``core.rewards.ur2_reward``) on the counts
     ``agents.ur2_scoring`` defines; correct is the answer scoring at least 0.5 under
     ``metric``, as in the UR² recipe. ``extra_info["retrieval_expected"]``, when present,
     says per item whether its prompt asked it to search (task mixing)."""
-    trajectory = response_trajectory(solution_str)
     expected = (extra_info or {}).get("retrieval_expected", retrieval_expected)
     counts = ur2_counts(trajectory, retrieval_expected=bool(expected))
     correct = trajectory.answer is not None and ANSWER_METRICS[metric](
@@ -119,3 +128,8 @@ def ur2_score(data_source: str, solution_str: str, ground_truth: Any,
     return {"score": score, "format_violations": float(counts.format_violations),
             "valid_queries": float(counts.valid_queries),
             "fallback_faults": float(counts.fallback_faults), "correct": float(correct)}
+
+
+TRAJECTORY_TERMS = {"search_r1_score": search_r1_terms, "ur2_score": ur2_terms}
+"""Each reward function's terms on an episode already cut into turns (REX-RAG's agent loop
+scores its own episodes, probes included, with the run's reward function)."""
