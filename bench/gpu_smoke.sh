@@ -2,7 +2,9 @@
 # What only a GPU machine can show, in one run: the GPU workers' hash-locked environment
 # installs and imports, FAISS on the GPU, and verl's trainer running advrag's plugin end to end
 # (estimators, loss, rewards, the Search-R1 agent loop against advrag's retrieval server) for
-# two updates of configs/train.yaml, its checkpoint merged back and registered.
+# two updates of configs/train.yaml, its checkpoint merged back and registered, then two updates
+# of configs/rex-rag.yaml (REX-RAG's probes in the agent loop, its filter and correction in
+# verl's V1 trainer, every probe opened: probe_prob 1).
 #
 #   bash bench/gpu_smoke.sh            # from the repository root, on a machine with a GPU
 #
@@ -73,6 +75,13 @@ verl_two_updates() {
   ls .cache/advrag/checkpoints/train/verl-export/step-2/config.json > /dev/null  # merged back
 }
 
+verl_rex_rag() {
+  "$VENV/bin/advrag" rl --config configs/rex-rag.yaml --engine verl --gpus 1 \
+    --retriever-url "http://127.0.0.1:$PORT" --out-dir "$RUN_DIR/rex-rag" \
+    --set steps=2 --set checkpoint_every=2 --set warmup=null --set exploration.probe_prob=1.0
+  ls .cache/advrag/checkpoints/rex-rag/verl/global_step_2/advrag_rex.json > /dev/null
+  ls .cache/advrag/checkpoints/rex-rag/verl-export/step-2/config.json > /dev/null
+}
 write_results() {
   local gpu versions
   gpu=$(check_gpu | head -1)
@@ -99,4 +108,5 @@ timed faiss_on_gpu faiss_on_gpu
 timed demo_data demo_data
 timed retriever start_retriever
 timed verl_two_updates verl_two_updates
+timed verl_rex_rag verl_rex_rag
 write_results

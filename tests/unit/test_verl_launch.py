@@ -82,6 +82,8 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
         "actor_rollout_ref.model.lora_alpha": 32,
         "actor_rollout_ref.rollout.n": 4,
         "actor_rollout_ref.rollout.agent.default_agent_loop": "advrag_search_r1",
+        "actor_rollout_ref.rollout.calculate_log_probs": False,
+        "trainer.v1.trainer_mode": "sync",
         "data.train_batch_size": 2,
         "data.max_response_length": 1024 - 512,
         "data.train_files": str(tmp_path / "train.parquet"),
@@ -104,6 +106,57 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
     assert launch.command(hydra_overrides)[1:3] == ["-m", "verl.trainer.main_ppo"]
 
 
+def test_rex_rag_runs_its_agent_loop_and_trainer(tmp_path, small_world_dir):
+    """configs/rex-rag.yaml: training rows name REX-RAG's loop (dev rows the plain one), the
+    loop file carries the probes' settings and the reward, and verl runs REX-RAG's trainer
+    with its settings, registered in every Ray process by the module the environment names."""
+    import pandas as pd
+
+    rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
+    hydra_overrides, composed = launch.prepare(rex, tmp_path, model_path="m",
+                                               retriever_url="http://10.0.0.5:8000", gpus=1,
+                                               nodes=1)
+    assert set(pd.read_parquet(tmp_path / "train.parquet")["agent_name"]) == {"advrag_rex_rag"}
+    assert set(pd.read_parquet(tmp_path / "dev.parquet")["agent_name"]) == {"advrag_search_r1"}
+    loops = OmegaConf.to_container(OmegaConf.load(tmp_path / "agent_loops.yaml"))
+    assert loops[2] == {"name": "advrag_rex_rag",
+                        "_target_": "advrag.engines.verl.agent_loop.RexSearchAgentLoop",
+                        "retriever_url": "http://10.0.0.5:8000", "max_turns": 4,
+                        "topk": rex.topk, "probe_prob": 0.2, "pool_size": 30,
+                        "reward": "search_r1_score",
+                        "reward_kwargs": {"metric": "em", "format_penalty": 0.2},
+                        "seed": rex.optim.seed}
+    assert composed.trainer.v1.trainer_mode == "advrag_rex_rag"
+    assert OmegaConf.to_container(composed.advrag_rex) == {
+        "pool_size": 30, "keep_ratio": 0.12, "keep_ratio_weight": 0.1,
+        "trajectory_filter": True, "correction": "fine"}
+    modules = "advrag.engines.verl,advrag.engines.verl.rex_trainer"
+    assert composed.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == modules
+    assert launch.shown(hydra_overrides).startswith(f"VERL_USE_EXTERNAL_MODULES={modules} ")
+
+
+def test_ur2_with_rex_rag_probes_scores_with_ur2s_reward(tmp_path, small_world_dir):
+    """A UR² stage with exploration: its searching rows name REX-RAG's loop, which scores
+    with the stage's UR² reward; a direct row keeps the direct loop (never probed)."""
+    import pandas as pd
+
+    ur2 = recipe_for(ROOT / "configs" / "ur2-raw-docs.yaml", {
+        "world_dir": str(small_world_dir), "exploration": {"kind": "rex"}}).config
+    records = load_qa(small_world_dir / "train.jsonl")[:3]
+    _, composed = launch.prepare_ur2_stage(
+        ur2, tmp_path, stage=2, records=records, retrieval=[True, False, True],
+        search_prompt=search_r1_prompt, model_path="m", retriever_url="http://127.0.0.1:8000",
+        gpus=1, nodes=1)
+    stage = tmp_path / "stage-2"
+    assert list(pd.read_parquet(stage / "train.parquet")["agent_name"]) == [
+        "advrag_rex_rag", "advrag_direct", "advrag_rex_rag"]
+    rex_loop = OmegaConf.to_container(OmegaConf.load(stage / "agent_loops.yaml"))[2]
+    assert (rex_loop["reward"], rex_loop["reward_kwargs"]) == ("ur2_score", {
+        "stage": 2, "metric": ur2.reward_metric, "fallback_penalty": ur2.fallback_penalty})
+    assert composed.reward.custom_reward_function.reward_kwargs == rex_loop["reward_kwargs"]
+    assert composed.trainer.v1.trainer_mode == "advrag_rex_rag"
+
+
 def test_a_key_verl_does_not_have_is_named(tmp_path, grpo):
     hydra_overrides, _ = launch.prepare(grpo, tmp_path, model_path="m", retriever_url="u",
                                         gpus=1, nodes=1)
@@ -115,9 +168,6 @@ def test_recipes_the_launcher_cannot_carry_are_refused(small_world_dir):
     arr = recipe_for(ROOT / "configs" / "arr.yaml", {"world_dir": str(small_world_dir)}).config
     with pytest.raises(ValueError, match="runs recipes grpo and ur2 for now; 'arr'"):
         launch.refuse_unmapped(arr)
-    rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
-    with pytest.raises(ValueError, match="exploration: null"):
-        launch.refuse_unmapped(rex)
 
 
 def test_the_command_line_dry_run_and_the_launch_without_a_gpu(tmp_path, small_world_dir):

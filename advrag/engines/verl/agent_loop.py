@@ -22,7 +22,8 @@ Select it with an agent loop config file (``agent.agent_loop_config_path``) such
 
 and ``agent_name: advrag_search_r1`` in the data. Every turn's tokens count against
 verl's ``rollout.response_length``; a loop that reaches it stops there. A row naming
-``advrag_direct`` (``DirectAnswerAgentLoop``) is answered without search: UR²'s task mixing.
+``advrag_direct`` (``DirectAnswerAgentLoop``) is answered without search: UR²'s task mixing;
+one naming ``advrag_rex_rag`` (``RexSearchAgentLoop``) may be probed: REX-RAG.
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ Three steps, each checkable on a CPU:
    MLflow run, and its newest checkpoint is merged, registered and benchmarked.
 
 UR² is two verl runs, one per stage (``prepare_ur2_stage``: the stage's pool with task mixing's
-rows, UR²'s reward of the stage, its steps and checkpoint directory). What does not map: the
-local engine's SFT warm-up (verl starts from ``model``, so point it at a warmed-up model) and
-REX-RAG's probes, which this launcher refuses; two-policy recipes (ARR, GAR) stay local.
+rows, UR²'s reward of the stage, its steps and checkpoint directory). REX-RAG (``exploration``)
+runs its own agent loop on the training rows and its own trainer (``rex_values``,
+``rex_trainer``). What does not map: the local engine's SFT warm-up (verl starts from ``model``,
+so point it at a warmed-up model); two-policy recipes (ARR, GAR) stay local.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ mixing; ``agent_loop.DirectAnswerAgentLoop``) and of one that searches and may b
 CHECKPOINTS = "verl"
 """verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"
+MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+PLUGIN = "advrag.engines.verl"
+REX_TRAINER_MODE = "advrag_rex_rag"
+REX_MODULES = f"{PLUGIN},{PLUGIN}.rex_trainer"
+"""verl's ``trainer.v1.trainer_mode`` of REX-RAG's trainer, and the modules that register it."""
 KL_TYPES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 """Our KL estimators by verl's names (``core_algos.kl_penalty``)."""
 
@@ -58,16 +64,18 @@ def verl_config_dir() -> Path:
 
 def dataset_rows(records: Sequence[QARecord], split: str,
                  retrieval: Sequence[bool] | None = None,
-                 search_prompt: Callable[[str], str] = search_r1_prompt) -> list[dict[str, Any]]:
+                 search_prompt: Callable[[str], str] = search_r1_prompt,
+                 search_agent: str = AGENT_NAME) -> list[dict[str, Any]]:
     """verl's RLHF rows for ``records`` (module docstring, step 1). ``retrieval``: per record,
-    whether it searches (``search_prompt``, the search agent loop) or, under UR²'s task
-    mixing, answers directly (the direct-reasoning prompt and loop, and
-    ``extra_info.retrieval_expected: false`` for ``rewards.ur2_score``); default: all search."""
+    whether it searches (``search_prompt``, the ``search_agent`` loop: REX-RAG's with
+    exploration) or, under UR²'s task mixing, answers directly (the direct-reasoning prompt and
+    loop, and ``extra_info.retrieval_expected: false`` for ``rewards.ur2_score``); default:
+    all search."""
     retrieval = [True] * len(records) if retrieval is None else list(retrieval)
     if len(retrieval) != len(records):
         raise ValueError(f"{len(retrieval)} retrieval flags for {len(records)} records")
     return [{"data_source": "advrag", "ability": "qa",
-             "agent_name": AGENT_NAME if searches else DIRECT_AGENT_NAME,
+             "agent_name": search_agent if searches else DIRECT_AGENT_NAME,
              "prompt": [{"role": "user", "content": (search_prompt if searches
                                                      else direct_reasoning_prompt)(r.question)}],
              "reward_model": {"style": "rule", "ground_truth": {"target": list(r.golden_answers)}},
@@ -91,14 +99,24 @@ def export_parquet(records: Sequence[QARecord], path: Path, split: str,
     return path
 
 
-def agent_loop_file(path: Path, config: Any, retriever_url: str) -> Path:
-    """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``)."""
+def agent_loop_file(path: Path, config: Any, retriever_url: str,
+                    reward: tuple[str, dict[str, Any]] | None = None) -> Path:
+    """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``); with
+    ``exploration``, REX-RAG's loop too, scoring with ``reward`` (its name and settings)."""
+    search = {"retriever_url": retriever_url, "max_turns": config.max_turns,
+              "topk": config.topk}
     entries = [{"name": AGENT_NAME,
-                "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
-                "retriever_url": retriever_url, "max_turns": config.max_turns,
-                "topk": config.topk},
+                "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop", **search},
                {"name": DIRECT_AGENT_NAME,
                 "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
+    exploration = getattr(config, "exploration", None)
+    if exploration is not None:
+        name, settings = reward or search_r1_reward(config)
+        entries.append({"name": REX_AGENT_NAME,
+                        "_target_": "advrag.engines.verl.agent_loop.RexSearchAgentLoop",
+                        **search, "probe_prob": exploration.probe_prob,
+                        "pool_size": exploration.pool_size, "reward": name,
+                        "reward_kwargs": settings, "seed": config.optim.seed})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entries, indent=2) + "\n")  # JSON is YAML: OmegaConf reads it
     return path
@@ -110,8 +128,23 @@ def refuse_unmapped(config: Any) -> None:
         raise ValueError(f"--engine verl runs recipes grpo and ur2 for now; {config.recipe!r} "
                          "trains with steps the verl path does not have yet (docs/verl.md): "
                          "run it locally")
-    if getattr(config, "exploration", None) is not None:
-        raise ValueError("--engine verl has no REX-RAG probes yet: set exploration: null")
+
+
+def search_r1_reward(config: Any) -> tuple[str, dict[str, Any]]:
+    """verl's reward function for a GRPO config, and its settings."""
+    return "search_r1_score", {"metric": config.reward_metric,
+                               "format_penalty": config.format_penalty}
+
+
+def ur2_reward(config: Any, stage: int) -> tuple[str, dict[str, Any]]:
+    """verl's reward function for a UR² stage, and its settings."""
+    return "ur2_score", {"stage": stage, "metric": config.reward_metric,
+                         "fallback_penalty": config.fallback_penalty}
+
+
+def search_agent(config: Any) -> str:
+    """The agent loop of the rows that search: REX-RAG's with ``exploration``."""
+    return AGENT_NAME if getattr(config, "exploration", None) is None else REX_AGENT_NAME
 
 
 def ur2_stage_steps(config: Any) -> dict[int, int]:
@@ -155,18 +188,16 @@ def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequen
 
     require_summaries(config, retriever_url)
     stage_dir = out_dir / f"stage-{stage}"
+    reward = ur2_reward(config, stage)
     files = {"train": export_parquet(records, stage_dir / "train.parquet", "train",
-                                     retrieval=retrieval, search_prompt=search_prompt),
+                                     retrieval=retrieval, search_prompt=search_prompt,
+                                     search_agent=search_agent(config)),
              "dev": export_parquet(load_qa(Path(config.world_dir) / "dev.jsonl"),
                                    stage_dir / "dev.parquet", "dev", search_prompt=search_prompt),
-             "agent_loop": agent_loop_file(stage_dir / "agent_loops.yaml", config, retriever_url)}
-    values = override_values(config, model_path, files, gpus=gpus, nodes=nodes)
-    del values["+reward.custom_reward_function.reward_kwargs.format_penalty"]  # not UR²'s
-    values |= {"reward.custom_reward_function.name": "ur2_score",
-               "+reward.custom_reward_function.reward_kwargs.stage": stage,
-               "+reward.custom_reward_function.reward_kwargs.fallback_penalty":
-                   config.fallback_penalty,
-               "trainer.total_training_steps": ur2_stage_steps(config)[stage],
+             "agent_loop": agent_loop_file(stage_dir / "agent_loops.yaml", config, retriever_url,
+                                           reward)}
+    values = override_values(config, model_path, files, gpus=gpus, nodes=nodes, reward=reward)
+    values |= {"trainer.total_training_steps": ur2_stage_steps(config)[stage],
                "trainer.default_local_dir": str(stage_root(config, stage)),
                "trainer.experiment_name": f"ur2-stage-{stage}"}
     hydra_overrides = as_overrides(values)
@@ -176,7 +207,8 @@ def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequen
 def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
               nodes: int) -> list[str]:
     """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step 2)."""
-    return as_overrides(override_values(config, model_path, files, gpus=gpus, nodes=nodes))
+    return as_overrides(override_values(config, model_path, files, gpus=gpus, nodes=nodes,
+                                        reward=search_r1_reward(config)))
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:
@@ -185,8 +217,9 @@ def as_overrides(values: dict[str, Any]) -> list[str]:
 
 
 def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
-                    nodes: int) -> dict[str, Any]:
-    """``overrides`` as a mapping (a UR² stage changes some of them)."""
+                    nodes: int, reward: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """``overrides`` as a mapping, with ``reward`` (verl's reward function and its settings)
+    and, with ``exploration``, REX-RAG's loop and trainer (``rex_values``)."""
     optim, lora = config.optim, config.lora
     prompt_tokens = 512  # the search prompt and question; the rest of max_seq_len is the episode
     values: dict[str, Any] = {
@@ -213,16 +246,19 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "actor_rollout_ref.rollout.temperature": config.temperature,
         "actor_rollout_ref.rollout.multi_turn.enable": True,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(files["agent_loop"]),
-        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": search_agent(config),
+        # the clipped ratio is taken against recomputed old log-probs, as the local engine
+        # does; our agent loops return no rollout log-probs for verl to compare them with
+        "actor_rollout_ref.rollout.calculate_log_probs": False,
         "data.train_files": str(files["train"]),
         "data.val_files": str(files["dev"]),
         "data.train_batch_size": config.questions_per_step,
         "data.max_prompt_length": prompt_tokens,
         "data.max_response_length": max(optim.max_seq_len - prompt_tokens, 1),
         "reward.custom_reward_function.path": REWARD_PATH,
-        "reward.custom_reward_function.name": "search_r1_score",
-        "+reward.custom_reward_function.reward_kwargs.metric": config.reward_metric,
-        "+reward.custom_reward_function.reward_kwargs.format_penalty": config.format_penalty,
+        "reward.custom_reward_function.name": reward[0],
+        **{f"+reward.custom_reward_function.reward_kwargs.{key}": value
+           for key, value in reward[1].items()},
         "trainer.total_training_steps": config.steps,
         "trainer.save_freq": config.checkpoint_every,
         "trainer.default_local_dir": str(stage_root(config)),
@@ -232,7 +268,21 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "trainer.n_gpus_per_node": gpus,
         "trainer.nnodes": nodes,
     }
-    return values
+    return values | rex_values(config)
+
+
+def rex_values(config: Any) -> dict[str, Any]:
+    """REX-RAG's trainer (``rex_trainer``: verl's sync trainer with the filter and the
+    correction), its settings, and the plugin module that registers it, named in every Ray
+    process's environment (none without ``exploration``)."""
+    exploration = getattr(config, "exploration", None)
+    if exploration is None:
+        return {}
+    settings = {key: getattr(exploration, key) for key in (
+        "pool_size", "keep_ratio", "keep_ratio_weight", "trajectory_filter", "correction")}
+    return {"trainer.v1.trainer_mode": REX_TRAINER_MODE,
+            **{f"+advrag_rex.{key}": value for key, value in settings.items()},
+            f"+ray_kwargs.ray_init.runtime_env.env_vars.{MODULES_ENV}": REX_MODULES}
 
 
 def _hydra_value(value: Any) -> str:
@@ -273,9 +323,10 @@ def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, 
     refuse_unmapped(config)
     if config.recipe == "ur2":
         raise ValueError("UR² runs as two verl runs, one per stage: prepare_ur2_stage")
+    agents = {"train": search_agent(config), "dev": AGENT_NAME}
     files = {split: export_parquet(load_qa(Path(config.world_dir) / f"{split}.jsonl"),
-                                   out_dir / f"{split}.parquet", split)
-             for split in ("train", "dev")}
+                                   out_dir / f"{split}.parquet", split, search_agent=agent)
+             for split, agent in agents.items()}
     files["agent_loop"] = agent_loop_file(out_dir / "agent_loops.yaml", config, retriever_url)
     hydra_overrides = overrides(config, model_path, files, gpus=gpus, nodes=nodes)
     return hydra_overrides, compose(hydra_overrides)
@@ -296,7 +347,7 @@ def launch(hydra_overrides: Sequence[str], run_id: str | None = None) -> int:
     import subprocess
 
     require_gpu()
-    env = os.environ | {"VERL_USE_EXTERNAL_MODULES": "advrag.engines.verl"}
+    env = os.environ | {MODULES_ENV: plugin_modules(hydra_overrides)}
     if run_id is not None:
         env |= {"MLFLOW_RUN_ID": run_id}
     return subprocess.run(command(hydra_overrides), env=env, check=False).returncode
@@ -304,5 +355,12 @@ def launch(hydra_overrides: Sequence[str], run_id: str | None = None) -> int:
 
 def shown(hydra_overrides: Sequence[str]) -> str:
     """The launch command as a shell line."""
-    return ("VERL_USE_EXTERNAL_MODULES=advrag.engines.verl "
+    return (f"{MODULES_ENV}={plugin_modules(hydra_overrides)} "
             + " ".join(shlex.quote(part) for part in command(hydra_overrides)))
+
+
+def plugin_modules(hydra_overrides: Sequence[str]) -> str:
+    """The modules verl imports at start-up: the plugin, and REX-RAG's trainer for a run
+    that selects it."""
+    rex = f"trainer.v1.trainer_mode={REX_TRAINER_MODE}" in hydra_overrides
+    return REX_MODULES if rex else PLUGIN
