@@ -203,6 +203,29 @@ def test_the_trainer_rewrites_verls_batch_and_verls_advantages_follow(transfer_q
     assert advantages[5].abs().sum() == 0  # B: left out
 
 
+def test_a_batch_probes_made_larger_is_one_optimizer_step(small_world_dir, tmp_path):
+    """Two questions × 4 rollouts and 3 probes, padded by verl to 16 rows: verl's mini-batch
+    (2 questions × 4 = 8 rows) would take two steps; the trainer sends all 16 as one."""
+    rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
+    _, config = prepare(rex, tmp_path, model_path="m", retriever_url="http://127.0.0.1:8000",
+                        gpus=1, nodes=1)
+    trainer = RexRagTrainer(config)
+    sent = {}
+
+    class Actor:
+        def update_actor(self, batch):
+            sent.update(batch.extra_info)
+            return {"metrics": {"mfu": [0.0], "pg_loss": [0.5]}}
+
+    trainer.actor_rollout_wg = Actor()
+    batch = SimpleNamespace(keys=[f"k{i}" for i in range(16)], extra_info={})
+    metrics: dict = {}
+    trainer._update_actor(batch, metrics)
+    assert sent["mini_batch_size"] == sent["global_batch_size"] == 16
+    assert metrics["actor/pg_loss"] == 0.5
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 2  # restored
+
+
 def test_the_keep_ratio_is_saved_with_a_checkpoint_and_resumed(tmp_path, monkeypatch):
     from verl.trainer.ppo.v1 import PPOTrainerSync
 

@@ -23,7 +23,8 @@ the local update does (``recipes.rex_rag.step``):
    of the rows, ``z`` = 1 − the policy rows' accuracy), so ``advrag_ppo``'s clipped ratio is
    REX-RAG's corrected one;
 4. the keep ratio moves towards this step's probe accuracy, never above the configured one,
-   and is saved with each checkpoint; the step's ``rex/*`` metrics join verl's.
+   and is saved with each checkpoint; the step's ``rex/*`` metrics join verl's;
+5. the actor update takes the whole batch as one mini-batch (one optimizer step, as locally).
 
 Everything else is verl's synchronous trainer (``PPOTrainerSync``).
 """
@@ -238,6 +239,18 @@ class RexRagTrainer(PPOTrainerSync):
         self.keep_ratio = result.keep_ratio
         metrics.update(result.metrics)
         return batch
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        """verl's actor update in one mini-batch over the whole batch, probes included, as the
+        local update takes it: verl counts a mini-batch in prompts × ``rollout.n`` rows, so a
+        batch that probes made larger would otherwise take several optimizer steps."""
+        actor = self.config.actor_rollout_ref.actor
+        configured = actor.ppo_mini_batch_size
+        actor.ppo_mini_batch_size = len(batch.keys) // self.config.actor_rollout_ref.rollout.n
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            actor.ppo_mini_batch_size = configured
 
     def _save_checkpoint(self):
         """verl's checkpoint, and the keep ratio beside it."""
