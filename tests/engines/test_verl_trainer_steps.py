@@ -1,6 +1,7 @@
-"""REX-RAG's filter and correction in verl's V1 trainer, by hand-worked numbers: on rows in
-memory (``rewrite``), and through the trainer's own old-log-prob and advantage steps on a real
-TransferQueue, with a stand-in for the actor workers' log-prob pass.
+"""Our rows through verl's V1 trainer steps on a real TransferQueue (a local Ray), with a
+stand-in for the actor workers' log-prob pass: a GRPO batch through verl's own sync trainer, and
+REX-RAG's filter and correction by hand-worked numbers, on rows in memory (``rewrite``) and in
+its trainer between verl's old-log-prob and advantage steps.
 
 The batch: one question, four policy rows (one right) and two probes. Probe A inserted pool
 prompt 0 and answered right; probe B inserted prompt 1, which the old policy finds unlikely.
@@ -242,3 +243,42 @@ def test_the_keep_ratio_is_saved_with_a_checkpoint_and_resumed(tmp_path, monkeyp
     resumed = RexRagTrainer(config)
     resumed._load_checkpoint()
     assert resumed.keep_ratio == 0.0731
+
+
+def test_a_grpo_batch_passes_verls_own_steps(transfer_queue, tmp_path, small_world_dir):
+    """configs/train.yaml as the launcher composes it, on verl's own sync trainer: our plain
+    agent loop's rows (verl's reward in rm_scores, no rollout log-probs) go through verl's
+    old-log-prob and advantage steps, and the advantages are advrag_grpo's."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    import advrag.engines.verl  # noqa: F401  (the plugin: advrag_grpo in verl's registry)
+
+    tq = transfer_queue
+    grpo = recipe_for(ROOT / "configs" / "train.yaml", {"world_dir": str(small_world_dir)}).config
+    _, config = prepare(grpo, tmp_path, model_path="m", retriever_url="http://127.0.0.1:8000",
+                        gpus=1, nodes=1)
+    keys, scores = [f"g_{session}_0" for session in range(4)], [0.0, 0.5, 1.0, 0.5]
+    fields = []
+    for score in scores:
+        rm = torch.zeros(3)
+        rm[-1] = score
+        fields.append({"uid": "g", "prompts": torch.tensor([1, 2, 3]),
+                       "responses": torch.tensor([10, 11, 12]),
+                       "response_mask": torch.tensor([1, 0, 1]), "rm_scores": rm,
+                       "extra_fields": {"searches": 1}})
+    batch = tq.kv_batch_put(keys=keys, partition_id="train",
+                            fields=list_of_dict_to_tensordict(fields),
+                            tags=[{"status": "success"} for _ in keys])
+    trainer = PPOTrainerSync(config)
+    trainer.actor_rollout_wg = StandInActor(tq, {key: [0.5, 0.5, 0.5] for key in keys}, 3)
+    metrics: dict = {}
+    batch = trainer._compute_advantage(trainer._compute_old_log_prob(batch, metrics), metrics)
+    data = tq.kv_batch_get(keys=keys, partition_id="train",
+                           select_fields=["old_log_probs", "advantages"])
+    assert [t.exp().tolist() for t in data["old_log_probs"].unbind()] == \
+        [pytest.approx([0.5] * 3)] * 4
+    expected = ADVANTAGE_ESTIMATORS["grpo"](torch.tensor(scores), ["g"] * 4, torch.ones(4, 1))
+    for row, advantages in enumerate(data["advantages"].unbind()):
+        assert advantages.tolist() == pytest.approx([float(expected[row].flatten()[0]), 0.0,
+                                                     float(expected[row].flatten()[0])])
