@@ -1,7 +1,10 @@
 """advrag's rewards as verl reward functions: on the local loop's own transcripts, the text-only
-score equals the local engine's, and verl loads the functions by its config."""
+score equals the local engine's, verl loads the functions by its config, and verl's own reward
+loop worker scores an episode's tokens with them."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from fakes import KeywordRetriever, ScriptedGenerator
@@ -121,3 +124,43 @@ def test_verl_loads_the_functions_its_config_names():
     response = transcripts()[0][2]
     assert score(data_source="nq", solution_str=response, ground_truth=["Shakespeare"],
                  extra_info={})["score"] == ur2_score("nq", response, ["x"], stage=1)["score"]
+
+
+def test_verls_reward_loop_worker_scores_an_episode_as_the_local_engine(tmp_path,
+                                                                         small_world_dir,
+                                                                         tiny_policy_dir):
+    """configs/train.yaml as the launcher composes it: verl's own reward loop worker (its
+    reward manager, the custom function loaded by the config) scores an episode's tokens, as the
+    agent loop worker sends them, with the local engine's reward."""
+
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    from advrag.engines.verl.launch import prepare
+    from advrag.recipes import recipe_for
+
+    grpo = recipe_for(Path(__file__).resolve().parents[2] / "configs" / "train.yaml", {"world_dir": str(small_world_dir)}).config
+    _, config = prepare(grpo, tmp_path, model_path=str(tiny_policy_dir),
+                        retriever_url="http://127.0.0.1:8000", gpus=1, nodes=1)
+    worker = RewardLoopWorker(config)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
+    for trajectory, gold, response in transcripts():
+        ids = torch.tensor(tokenizer.encode(response, add_special_tokens=False))
+        prompt = torch.tensor([1, 2])
+        data = DataProto(batch=TensorDict({
+            "prompts": prompt[None], "responses": ids[None],
+            "attention_mask": torch.ones(1, len(prompt) + len(ids), dtype=torch.int64),
+            "input_ids": torch.cat([prompt, ids])[None]}, batch_size=1), non_tensor_batch={
+            "data_source": np.array(["advrag"]),
+            "reward_model": np.array([{"ground_truth": {"target": gold}}], dtype=object),
+            "extra_info": np.array([{"split": "train"}], dtype=object),
+            "tool_extra_fields": np.array([{"searches": trajectory.n_searches}], dtype=object),
+            "__num_turns__": np.array([2])})
+        result = worker.loop.run_until_complete(worker.compute_score(data))  # its own loop
+        expected = answer_reward(trajectory.answer, gold, format_errors=trajectory.format_errors,
+                                 metric=grpo.reward_metric, format_penalty=grpo.format_penalty)
+        assert result["reward_score"] == pytest.approx(expected), response
