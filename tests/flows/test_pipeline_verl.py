@@ -87,6 +87,16 @@ def test_a_recipe_verl_cannot_train_is_refused_before_any_stage(project, tiny_po
     assert not (project / "data" / "world").exists()  # nothing was built
 
 
+def test_rollouts_that_do_not_split_over_the_gpus_are_refused_before_any_stage(
+        project, tiny_policy_dir):  # noqa: F811
+    from advrag.flows.pipeline import pipeline
+
+    config = grpo_pipeline(project, tiny_policy_dir, gpus=3)  # 2 questions × 2 rollouts
+    with pytest.raises(ConfigError, match="verl: verl splits a step's 4 rollouts .* over 3 GPUs"):
+        pipeline(config)
+    assert not (project / "data" / "world").exists()  # nothing was built
+
+
 def test_ur2s_summaries_on_verl_need_a_summarising_server(project, tiny_policy_dir):  # noqa: F811
     from advrag.flows.pipeline import pipeline
 

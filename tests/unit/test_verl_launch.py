@@ -65,7 +65,7 @@ def test_task_mixing_rows_answer_directly_and_expect_no_retrieval(tmp_path, smal
 
 def test_the_composed_config_carries_our_values(tmp_path, grpo):
     hydra_overrides, composed = launch.prepare(grpo, tmp_path, model_path="/models/smollm2",
-                                               retriever_url="http://10.0.0.5:8000", gpus=8,
+                                               retriever_url="http://10.0.0.5:8000", gpus=4,
                                                nodes=2)
     optim = grpo.optim  # configs/train.yaml: lr 5e-5, kl 0.001 (k3), group 4, 2 questions, f1
     expected = {
@@ -92,8 +92,10 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
         "reward.custom_reward_function.reward_kwargs.metric": "f1",
         "trainer.total_training_steps": 8,
         "trainer.save_freq": 4,
-        "trainer.n_gpus_per_node": 8,
+        "trainer.n_gpus_per_node": 4,
         "trainer.nnodes": 2,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 4,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 4,
         "trainer.project_name": "advrag-train",
     }
     assert {key: OmegaConf.select(composed, key) for key in expected} == expected
@@ -155,6 +157,38 @@ def test_ur2_with_rex_rag_probes_scores_with_ur2s_reward(tmp_path, small_world_d
         "stage": 2, "metric": ur2.reward_metric, "fallback_penalty": ur2.fallback_penalty})
     assert composed.reward.custom_reward_function.reward_kwargs == rex_loop["reward_kwargs"]
     assert composed.trainer.v1.trainer_mode == "advrag_rex_rag"
+
+
+@pytest.mark.parametrize("name", ["train.yaml", "rex-rag.yaml"])
+@pytest.mark.parametrize("gpus, nodes", [(1, 1), (8, 1), (4, 2)])
+def test_verls_own_validation_passes_the_composed_config(tmp_path, small_world_dir, monkeypatch,
+                                                          name, gpus, nodes):
+    """verl's ``validate_config``, which ``main_ppo`` runs before anything starts, on the
+    config as composed. Its last check asks vLLM's GPU build for the LoRA ranks it serves,
+    which cannot load here: a stand-in answers as vLLM would for any rank up to 512."""
+    import sys
+    import types
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    utils = types.ModuleType("verl.workers.rollout.vllm_rollout.utils")
+    utils.get_vllm_max_lora_rank = lambda rank: rank
+    monkeypatch.setitem(sys.modules, "verl.workers.rollout.vllm_rollout",
+                        types.ModuleType("verl.workers.rollout.vllm_rollout"))
+    monkeypatch.setitem(sys.modules, "verl.workers.rollout.vllm_rollout.utils", utils)
+    config = recipe_for(ROOT / "configs" / name, {"world_dir": str(small_world_dir)}).config
+    _, composed = launch.prepare(config, tmp_path, model_path="m", retriever_url="http://x",
+                                 gpus=gpus, nodes=nodes)
+    validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
+                    use_critic=need_critic(composed))
+
+
+def test_rollouts_that_do_not_split_over_the_gpus_are_refused(tmp_path, grpo):
+    with pytest.raises(ValueError, match=r"8 rollouts \(questions_per_step 2 × group_size 4\) "
+                                         "over 16 GPUs evenly"):
+        launch.prepare(grpo, tmp_path, model_path="m", retriever_url="u", gpus=8, nodes=2)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_a_key_verl_does_not_have_is_named(tmp_path, grpo):

@@ -186,6 +186,7 @@ def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequen
     updates and its own checkpoint directory; the overrides and the composed config."""
     from advrag.datasets.loaders import load_qa
 
+    require_divisible(config, gpus * nodes)
     require_summaries(config, retriever_url)
     stage_dir = out_dir / f"stage-{stage}"
     reward = ur2_reward(config, stage)
@@ -237,6 +238,9 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "actor_rollout_ref.actor.ppo_epochs": optim.ppo_epochs,
         "actor_rollout_ref.actor.ppo_mini_batch_size": config.questions_per_step,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": optim.micro_batch_size,
+        # verl's validate_config needs the old (rollout) and reference log-prob passes' sizes
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": optim.micro_batch_size,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": optim.micro_batch_size,
         "actor_rollout_ref.actor.grad_clip": optim.grad_clip,
         "actor_rollout_ref.model.path": model_path,
         "actor_rollout_ref.model.lora_rank": lora.r if lora else 0,
@@ -269,6 +273,17 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "trainer.nnodes": nodes,
     }
     return values | rex_values(config)
+
+
+def require_divisible(config: Any, gpus: int) -> None:
+    """verl splits a step's rollouts evenly over every GPU (its ``validate_config``): refuse,
+    before anything is written, a step whose rollouts do not split."""
+    rollouts = config.questions_per_step * config.group_size
+    if rollouts % gpus:
+        raise ValueError(f"verl splits a step's {rollouts} rollouts (questions_per_step "
+                         f"{config.questions_per_step} × group_size {config.group_size}) over "
+                         f"{gpus} GPUs evenly: make that product a multiple of {gpus}, or run on "
+                         "fewer GPUs")
 
 
 def rex_values(config: Any) -> dict[str, Any]:
@@ -321,6 +336,7 @@ def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, 
     from advrag.datasets.loaders import load_qa
 
     refuse_unmapped(config)
+    require_divisible(config, gpus * nodes)
     if config.recipe == "ur2":
         raise ValueError("UR² runs as two verl runs, one per stage: prepare_ur2_stage")
     agents = {"train": search_agent(config), "dev": AGENT_NAME}
