@@ -282,3 +282,25 @@ def test_a_grpo_batch_passes_verls_own_steps(transfer_queue, tmp_path, small_wor
     for row, advantages in enumerate(data["advantages"].unbind()):
         assert advantages.tolist() == pytest.approx([float(expected[row].flatten()[0]), 0.0,
                                                      float(expected[row].flatten()[0])])
+
+
+def test_verls_trainer_loads_the_exported_questions(tmp_path, small_world_dir, tiny_policy_dir):
+    """verl's V1 trainer builds its tokenizer and dataloaders from the composed config: every
+    training question survives its prompt-length filter, and a batch's rows name REX-RAG's
+    loop and carry their golden answers."""
+    from advrag.datasets.loaders import load_qa
+
+    rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
+    _, config = prepare(rex, tmp_path, model_path=str(tiny_policy_dir),
+                        retriever_url="http://127.0.0.1:8000", gpus=1, nodes=1)
+    trainer = RexRagTrainer(config)
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    train = load_qa(small_world_dir / "train.jsonl")
+    assert len(trainer.train_dataloader.dataset) == len(train)
+    assert trainer.total_training_steps == rex.steps
+    trainer.global_steps = 1
+    batch = trainer._next_train_batch()
+    assert list(batch["agent_name"]) == ["advrag_rex_rag"] * rex.questions_per_step
+    golds = {tuple(r.golden_answers) for r in train}
+    assert all(tuple(row["ground_truth"]["target"]) in golds for row in batch["reward_model"])
