@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from pathlib import Path
 
 import pytest
 from fakes import ScriptedGenerator, cut_after_stop
@@ -295,3 +296,39 @@ def test_the_response_budget_cuts_the_inserted_prompt(tokenizer, server_url):
     assert len(probe.response_ids) == budget
     assert 0 < probe.extra_fields["rex_probe"]["tokens"] < len(tokenizer.encode(
         probe_observation(exploration_pool(1)[0]), add_special_tokens=False))
+
+
+def test_verl_builds_each_loop_of_the_launchers_file_as_its_workers_do(
+        tokenizer, server_url, tmp_path, small_world_dir):
+    """The agent loop file `--engine verl` writes for configs/rex-rag.yaml, read and
+    instantiated as verl's agent loop worker does (OmegaConf, hydra, its keyword arguments):
+    each loop builds, and REX-RAG's plays an episode and opens its probe."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import ToolListWrap
+
+    from advrag.engines.verl.launch import agent_loop_file
+    from advrag.recipes import recipe_for
+
+    rex = recipe_for(Path(__file__).resolve().parents[2] / "configs" / "rex-rag.yaml", {
+        "world_dir": str(small_world_dir), "max_turns": 2,
+        "exploration": {"kind": "rex", "probe_prob": 1.0, "pool_size": 1}}).config
+    path = agent_loop_file(tmp_path / "agent_loops.yaml", rex, server_url)
+    servers = StandInServers(tokenizer, PROBE_RULES)
+
+    async def run():
+        loops = {entry.name: hydra.utils.instantiate(
+            config=entry, trainer_config=DictConfigWrap(OmegaConf.create(
+                {"actor_rollout_ref": {"rollout": {"prompt_length": 1024,
+                                                   "response_length": 2048}}})),
+            server_manager=servers, tokenizer=tokenizer, processor=None, hf_model_type="llama",
+            dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})),
+            tools=ToolListWrap([])) for entry in OmegaConf.load(path)}
+        assert sorted(loops) == ["advrag_direct", "advrag_rex_rag", "advrag_search_r1"]
+        return await loops["advrag_rex_rag"].run(
+            {"temperature": 1.0}, uid="u1", session_id=0,
+            raw_prompt=[{"role": "user", "content": "Who wrote Hamlet?"}],
+            reward_model={"ground_truth": {"target": ["William Shakespeare"]}},
+            extra_info={"split": "train"})
+
+    policy, probe = asyncio.run(run())
+    assert (policy.reward_score, probe.reward_score) == (0.0, 1.0)
