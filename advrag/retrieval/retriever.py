@@ -17,6 +17,7 @@ import numpy as np
 
 from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, Retriever
+from advrag.common.wire import hits_of, retrieve_request, retrieve_url
 from advrag.retrieval._files import PASSAGES_FILE, iter_corpus
 from advrag.retrieval.bm25 import BM25Index
 from advrag.retrieval.embedding import Embedder
@@ -101,12 +102,6 @@ class BM25Retriever:
         return _hits(scores, ids, self.passages)
 
 
-def _passage_of(hit: dict[str, Any]) -> Passage:
-    """One scored Search-R1 hit as a Passage (corpora without ids get an empty id)."""
-    document = hit["document"]
-    return Passage(str(document.get("id", "")), document["contents"], float(hit["score"]))
-
-
 class HttpRetriever:
     """Client of a Search-R1-compatible ``POST /retrieve`` server (e.g. ``advrag.retrieval.server``)."""
 
@@ -117,8 +112,7 @@ class HttpRetriever:
 
         from advrag.retrieval.server import ServerLimits
 
-        base = url.rstrip("/")
-        self.url = base if base.endswith("/retrieve") else f"{base}/retrieve"
+        self.url = retrieve_url(url)
         self.max_queries = max_queries or ServerLimits().max_queries
         self._client = httpx.Client(timeout=timeout, headers=auth_headers())
 
@@ -131,13 +125,7 @@ class HttpRetriever:
 
     def _search_once(self, queries: list[str], k: int) -> list[list[Passage]]:
         """One request's queries → their hits."""
-        body = self._post({"queries": queries, "topk": k, "return_scores": True})
-        result = body.get("result")
-        if not isinstance(result, list) or len(result) != len(queries):
-            raise RuntimeError(
-                f"{self.url} answered without one result list per query: {body!r:.300}"
-            )
-        return [[_passage_of(hit) for hit in hits] for hits in result]
+        return hits_of(self._post(retrieve_request(queries, k)), len(queries), self.url)
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload``; unreachable servers and non-200 answers become clear errors."""

@@ -48,6 +48,7 @@ from advrag.agents.search_loop import ACTIONS, STOP
 from advrag.agents.types import Source, Trajectory
 from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, format_docs
+from advrag.common.wire import hits_of, retrieve_request, retrieve_url
 from advrag.core.rewards import ANSWER_METRICS
 from advrag.engines.verl.launch import AGENT_NAME, DIRECT_AGENT_NAME, REX_AGENT_NAME
 from advrag.engines.verl.rewards import TRAJECTORY_TERMS, golden_answers
@@ -57,9 +58,7 @@ class RetrievalClient:
     """``POST /retrieve`` on advrag's retrieval server, from an event loop."""
 
     def __init__(self, url: str, timeout_s: float = 60.0) -> None:
-        base = url.rstrip("/")
-        self.url = base if base.endswith("/retrieve") else f"{base}/retrieve"
-        self.timeout_s = timeout_s
+        self.url, self.timeout_s = retrieve_url(url), timeout_s
 
     async def information(self, query: str, topk: int) -> tuple[str, bool]:
         """The ``<information>`` body for ``query`` as the local loop writes it, and whether it
@@ -78,8 +77,7 @@ class RetrievalClient:
 
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=auth_headers()) as http:
             try:
-                response = await http.post(self.url, json={"queries": [query], "topk": topk,
-                                                           "return_scores": True})
+                response = await http.post(self.url, json=retrieve_request([query], topk))
             except httpx.TransportError as error:
                 raise RuntimeError(f"retrieval server at {self.url} is unreachable "
                                    f"({type(error).__name__}): start one with `advrag "
@@ -88,8 +86,7 @@ class RetrievalClient:
             raise RuntimeError(f"{self.url} answered HTTP {response.status_code}: "
                                f"{response.text[:300]}")
         body = response.json()
-        return ([Passage(hit["document"]["id"], hit["document"]["contents"], hit["score"])
-                 for hit in body["result"][0]], body.get("summaries", []))
+        return hits_of(body, 1, self.url)[0], body.get("summaries", [])
 
 
 @register(AGENT_NAME)
