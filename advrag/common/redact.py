@@ -13,9 +13,11 @@ import re
 from collections.abc import Iterable
 
 MASK = "***"
-SECRET_NAME = re.compile(r"(?i)password|passwd|secret|token|api[_-]?key|access[_-]?key|"
-                         r"auth|credential")
-_WORD = r"(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|authorization)"
+_SECRET_WORDS = r"password|passwd|secret|token|api[_-]?key|access[_-]?key"
+SECRET_NAME = re.compile(rf"(?i){_SECRET_WORDS}|auth|credential")
+"""A variable name that looks secret (any ``auth``: ``ADVRAG_PREFECT_AUTH``)."""
+_WORD = rf"(?:{_SECRET_WORDS}|authorization)"
+"""A secret's name in text (``auth`` alone would match ordinary words: ``author``)."""
 _VALUE = r"(?!\*\*\*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"'`]+)"
 _SHAPES = (
     (re.compile(r"(?i)\bbearer\s+[\w.~+/=-]+"), MASK),
