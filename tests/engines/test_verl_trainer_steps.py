@@ -51,6 +51,7 @@ def rows() -> Rows:
                 + [torch.tensor(PROBE_MASK)] * 2,
                 old_log_probs=[torch.log(torch.full((3,), 0.5))] * 4
                 + [torch.log(torch.tensor(PROBE_A)), torch.log(torch.tensor(PROBE_B))],
+                rm_scores=[torch.zeros(3)] * 4 + [torch.zeros(6)] * 2,
                 scores=[0.0, 0.0, 1.0, 0.0, 1.0, 0.0],
                 correct=[False, False, True, False, True, False],
                 probes=[None] * 4 + probes, padding=[False] * 6)
@@ -98,6 +99,25 @@ def test_each_setting_changes_only_its_part(change):
         assert result.left_out == [4]
     else:
         assert result.keep_ratio == 0.25  # the configured ratio is the most ever kept
+
+
+def test_a_row_another_loop_answered_keeps_verls_reward_and_counts_in_the_share():
+    """A UR² direct item (the direct loop, never probed) beside the REX-RAG rows: it keeps
+    the reward verl gave it and stays out of z (still 0.75), but is one of the rows the kept
+    probe shares the batch with: a = 1/6, so its μ_mix = (5/6)·0.5."""
+    batch = rows()
+    batch.uids.append("q")
+    batch.response_mask.append(torch.ones(3, dtype=torch.int64))
+    batch.old_log_probs.append(torch.log(torch.full((3,), 0.5)))
+    batch.rm_scores.append(torch.tensor([0.0, 0.0, 0.7]))
+    for field, value in (("scores", None), ("correct", None), ("probes", None),
+                         ("padding", False)):
+        getattr(batch, field).append(value)
+    result = rewrite(batch, POOL_IDS, keep_ratio=0.25, settings=SETTINGS)
+    assert result.left_out == [5] and result.metrics["rex/policy_accuracy"] == 0.25
+    assert result.metrics["rex/probe_share"] == pytest.approx(1 / 6)
+    assert result.rm_scores[6].tolist() == pytest.approx([0.0, 0.0, 0.7])
+    assert result.rows.old_log_probs[6].exp().tolist() == pytest.approx([5 / 12] * 3)
 
 
 def test_a_batch_without_policy_rows_is_refused():

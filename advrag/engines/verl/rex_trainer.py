@@ -12,7 +12,8 @@ earned full marks and, on a probe, where its inserted prompt lies. Once verl has
 old log-probs, ``RexRagTrainer`` rewrites the batch in verl's TransferQueue (``rewrite``), as
 the local update does (``recipes.rex_rag.step``):
 
-1. every row gets its own reward (verl copies a session's last score onto its other outputs);
+1. every row the loop scored gets its own reward (verl copies a session's last score onto its
+   other outputs); a row another loop answered (UR²'s direct items) keeps verl's;
 2. the trajectory filter keeps the ``probes_to_keep(keep_ratio, policy rows)`` probes whose
    inserted prompt has the highest mean old log-prob (all of them with
    ``trajectory_filter: false``); a probe whose prompt the response budget cut is not ranked.
@@ -20,7 +21,8 @@ the local update does (``recipes.rex_rag.step``):
    group of its own, tagged ``is_padding``;
 3. with ``correction`` ``fine`` or ``coarse``, the kept rows' old log-probs become the
    mixture behaviour's (``core.rex_rag.corrected_log_probs``; ``a`` = the kept probes' share
-   of the rows, ``z`` = 1 − the policy rows' accuracy), so ``advrag_ppo``'s clipped ratio is
+   of the rows, ``z`` = 1 − the accuracy of the policy rows the loop scored, the rows that
+   could be probed), so ``advrag_ppo``'s clipped ratio is
    REX-RAG's corrected one;
 4. the keep ratio moves towards this step's probe accuracy, never above the configured one,
    and is saved with each checkpoint; the step's ``rex/*`` metrics join verl's;
@@ -56,19 +58,21 @@ from advrag.engines.verl.launch import REX_TRAINER_MODE
 
 STATE_FILE = "advrag_rex.json"
 """The keep ratio a run had reached, beside each verl checkpoint step."""
-READ = ["uid", "response_mask", "old_log_probs", "extra_fields"]
+READ = ["uid", "response_mask", "old_log_probs", "rm_scores", "extra_fields"]
 
 
 @dataclass
 class Rows:
-    """What the rewrite reads of a batch, one entry per row (``response_mask`` and
-    ``old_log_probs`` over each row's response tokens)."""
+    """What the rewrite reads of a batch, one entry per row (``response_mask``,
+    ``old_log_probs`` and verl's ``rm_scores`` over each row's response tokens); ``scores`` and
+    ``correct`` are None on a row REX-RAG's loop did not score."""
 
     uids: list[str]
     response_mask: list[Tensor]
     old_log_probs: list[Tensor]
-    scores: list[float]
-    correct: list[bool]
+    rm_scores: list[Tensor]
+    scores: list[float | None]
+    correct: list[bool | None]
     probes: list[dict | None]
     padding: list[bool]
 
@@ -97,7 +101,8 @@ def rewrite(rows: Rows, pool_ids: Sequence[Sequence[int]], *, keep_ratio: float,
         probes_to_keep(keep_ratio, 1, len(policy)) if settings.trajectory_filter else None))
     left_out = sorted(set(probes) - set(kept))
     share = len(kept) / (len(policy) + len(kept))
-    failure_rate = 1.0 - sum(rows.correct[i] for i in policy) / len(policy)
+    scored = [i for i in policy if rows.correct[i] is not None]
+    failure_rate = 1.0 - sum(rows.correct[i] for i in scored) / len(scored) if scored else 1.0
     ratios: dict[str, float] = {}
     if kept and settings.correction != "none":
         ratios = correct_rows(rows, policy + kept, pool_ids, probe_share=share,
@@ -173,9 +178,11 @@ def correct_rows(rows: Rows, kept: Sequence[int], pool_ids: Sequence[Sequence[in
 
 def own_reward(rows: Rows, row: int, left_out: Sequence[int]) -> Tensor:
     """verl's ``rm_scores`` of ``row``: its own score on its last response token (0 when left
-    out; a padding row's stays 0)."""
+    out); a row the loop did not score, and a padding row, keep verl's."""
+    if rows.scores[row] is None or rows.padding[row]:
+        return rows.rm_scores[row]
     scores = torch.zeros(len(rows.response_mask[row]), dtype=torch.float32)
-    if len(scores) and row not in left_out and not rows.padding[row]:
+    if len(scores) and row not in left_out:
         scores[-1] = rows.scores[row]
     return scores
 
@@ -187,8 +194,11 @@ def read_rows(data: TensorDict, tags: Sequence[dict]) -> Rows:
     return Rows(uids=[str(u) for u in data["uid"]],
                 response_mask=list(data["response_mask"].unbind()),
                 old_log_probs=list(data["old_log_probs"].unbind()),
-                scores=[float(e.get("advrag_score", 0.0)) for e in extra],
-                correct=[bool(e.get("advrag_correct", False)) for e in extra],
+                rm_scores=list(data["rm_scores"].unbind()),
+                scores=[None if "advrag_score" not in e else float(e["advrag_score"])
+                        for e in extra],
+                correct=[None if "advrag_correct" not in e else bool(e["advrag_correct"])
+                         for e in extra],
                 probes=[e.get("rex_probe") for e in extra], padding=padding)
 
 
