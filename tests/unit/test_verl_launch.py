@@ -184,6 +184,22 @@ def test_verls_own_validation_passes_the_composed_config(tmp_path, small_world_d
                     use_critic=need_critic(composed))
 
 
+def test_the_prompt_budget_is_the_longest_exported_prompt(tmp_path, grpo, tiny_policy_dir):
+    """With the model's tokenizer at hand, verl's prompt budget is the longest exported prompt
+    (verl's dataset then keeps every question: tests/engines/test_verl_trainer_steps.py) and
+    the episode gets the rest of max_seq_len; a budget that leaves none is refused."""
+    _, composed = launch.prepare(grpo, tmp_path, model_path=str(tiny_policy_dir),
+                                 retriever_url="u", gpus=1, nodes=1)
+    budget = composed.data.max_prompt_length
+    assert 0 < budget < launch.DEFAULT_PROMPT_TOKENS
+    assert composed.data.max_response_length == grpo.optim.max_seq_len - budget
+    short = grpo.model_copy(update={"optim": grpo.optim.model_copy(
+        update={"max_seq_len": budget})})
+    with pytest.raises(ValueError, match=f"takes {budget} tokens, all of optim.max_seq_len"):
+        launch.prepare(short, tmp_path, model_path=str(tiny_policy_dir), retriever_url="u",
+                       gpus=1, nodes=1)
+
+
 def test_rollouts_that_do_not_split_over_the_gpus_are_refused(tmp_path, grpo):
     with pytest.raises(ValueError, match=r"8 rollouts \(questions_per_step 2 × group_size 4\) "
                                          "over 16 GPUs evenly"):

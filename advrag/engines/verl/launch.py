@@ -46,6 +46,8 @@ mixing; ``agent_loop.DirectAnswerAgentLoop``) and of one that searches and may b
 CHECKPOINTS = "verl"
 """verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"
+DEFAULT_PROMPT_TOKENS = 512
+"""The prompt budget when the model's tokenizer is not at hand (``prompt_budget``)."""
 MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLUGIN = "advrag.engines.verl"
 REX_TRAINER_MODE = "advrag_rex_rag"
@@ -222,7 +224,10 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
     """``overrides`` as a mapping, with ``reward`` (verl's reward function and its settings)
     and, with ``exploration``, REX-RAG's loop and trainer (``rex_values``)."""
     optim, lora = config.optim, config.lora
-    prompt_tokens = 512  # the search prompt and question; the rest of max_seq_len is the episode
+    prompt_tokens = prompt_budget([files["train"], files["dev"]], model_path)
+    if prompt_tokens >= optim.max_seq_len:
+        raise ValueError(f"the longest exported prompt takes {prompt_tokens} tokens, all of "
+                         f"optim.max_seq_len ({optim.max_seq_len}): raise optim.max_seq_len")
     values: dict[str, Any] = {
         "algorithm.adv_estimator": f"advrag_{optim.advantage}",
         "algorithm.use_kl_in_reward": False,
@@ -284,6 +289,23 @@ def require_divisible(config: Any, gpus: int) -> None:
                          f"{config.questions_per_step} × group_size {config.group_size}) over "
                          f"{gpus} GPUs evenly: make that product a multiple of {gpus}, or run on "
                          "fewer GPUs")
+
+
+def prompt_budget(parquets: Sequence[Path], model_path: str) -> int:
+    """verl's ``data.max_prompt_length``: the longest exported prompt in the model's tokens,
+    counted as verl's dataset counts them (its chat template, the generation prompt), so verl
+    drops none; the rest of ``max_seq_len`` is the episode's. A model that is not a local
+    directory (a hub id, resolved on the GPU machine) gets ``DEFAULT_PROMPT_TOKENS``."""
+    if not (Path(model_path) / "tokenizer_config.json").is_file():
+        return DEFAULT_PROMPT_TOKENS
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    prompts = [list(p) for path in parquets for p in pd.read_parquet(path)["prompt"]]
+    return max(len(tokenizer(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                           tokenize=False),
+                             add_special_tokens=False)["input_ids"]) for messages in prompts)
 
 
 def rex_values(config: Any) -> dict[str, Any]:
