@@ -22,7 +22,10 @@ token-mean is per rank where verl's is over the global batch. Rollout correction
 (``rollout_is_weights``) are refused: REX-RAG's correction reaches the loss through the
 old log-probs instead.
 
-Rewards: ``advrag.engines.verl.rewards`` (verl's ``reward.custom_reward_function``).
+Rewards: ``advrag.engines.verl.rewards`` (verl's ``reward.custom_reward_function``); agent
+loops: ``advrag.engines.verl.agent_loop``; REX-RAG's trainer:
+``advrag.engines.verl.rex_trainer``, imported only by a run that selects it (it needs verl's
+V1 trainer and TransferQueue).
 
 Only this package imports verl; the rest of advrag runs without it (``make verl``
 installs it on a CPU for the tests).
