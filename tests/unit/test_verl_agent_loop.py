@@ -332,3 +332,17 @@ def test_verl_builds_each_loop_of_the_launchers_file_as_its_workers_do(
 
     policy, probe = asyncio.run(run())
     assert (policy.reward_score, probe.reward_score) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("cut", [0, 3, 6])
+def test_the_loops_score_is_the_responses_even_when_the_budget_cuts_a_turn(
+        tokenizer, server_url, cut):
+    """REX-RAG's loop scores the episode it recorded; verl's reward function scores the
+    response's text: they agree, also when the budget cuts the answer turn (``cut`` tokens
+    short of it: an unclosed answer, a format error)."""
+    whole = rex_episode(tokenizer, server_url, probe_prob=0.0)[0]
+    (output,) = rex_episode(tokenizer, server_url, probe_prob=0.0,
+                            response_length=len(whole.response_ids) - cut)
+    text = tokenizer.decode(output.response_ids)
+    assert output.reward_score == search_r1_score("advrag", text, ["William Shakespeare"])["score"]
+    assert output.reward_score == (0.0 if cut == 0 else -0.2)

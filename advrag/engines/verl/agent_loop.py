@@ -124,9 +124,10 @@ class SearchR1AgentLoop(AgentLoopBase):
                 sampling_params={**sampling_params,
                                  "stop": ["</answer>"] if forced else list(STOP),
                                  "include_stop_str_in_output": True})
-            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+            kept = list(output.token_ids)[:episode.room]  # what the response holds of the turn
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
             turn_start = len(episode.ids)
-            episode.add(list(output.token_ids), text, "policy")
+            episode.add(kept, text, "policy")
             episode.turns += 1
             trajectory.n_turns += 1
             if forced:  # read leniently, as the local loop reads its forced answer
@@ -246,7 +247,7 @@ class RexSearchAgentLoop(SearchR1AgentLoop):
         probe.mask = episode.mask[:answer_turn] + [1] * len(kept)
         probe.turns = episode.turns
         start = len(probe.ids)
-        inserted = self.pool_ids[prompt][:max(self.response_length - start, 0)]
+        inserted = self.pool_ids[prompt][:probe.room]
         probe.ids, probe.mask = probe.ids + inserted, probe.mask + [1] * len(inserted)
         return probe, {"prompt": prompt, "start": start, "tokens": len(inserted)}
 
@@ -269,15 +270,20 @@ class _Episode:
         self.trajectory = Trajectory()
 
     @property
+    def room(self) -> int:
+        """Tokens the response budget has left."""
+        return max(self.limit - len(self.ids), 0)
+
+    @property
     def full(self) -> bool:
-        return len(self.ids) >= self.limit
+        return self.room == 0
 
     def add(self, tokens: list[int], text: str, source: Source) -> None:
-        """Append ``tokens`` (``text``, from ``source``); the policy's and a probe's inserted
-        prompt's in the mask (``core.masks``: what the update learns from)."""
-        room = self.limit - len(self.ids)
-        self.ids += tokens[:room]
-        self.mask += [int(source in ("policy", "probe"))] * len(tokens[:room])
+        """Append ``tokens`` (``text``, from ``source``), cut at the budget; the policy's and a
+        probe's inserted prompt's in the mask (``core.masks``: what the update learns from)."""
+        kept = tokens[:self.room]
+        self.ids += kept
+        self.mask += [int(source in ("policy", "probe"))] * len(kept)
         self.trajectory.add(text, source)
 
 
