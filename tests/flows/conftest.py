@@ -96,7 +96,9 @@ def postgres_uri():
     as_user: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="advrag-pg-"))
     if os.geteuid() == 0:
-        as_user = ["runuser", "-u", "postgres", "--"]
+        # runuser lives in /usr/sbin, which a minimal PATH (env -i, some CI shells) leaves out
+        runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+        as_user = [runuser or "runuser", "-u", "postgres", "--"]
         shutil.chown(work, "postgres", "postgres")
     data, port = work / "data", _free_port()
 

@@ -28,8 +28,10 @@ from advrag.tasks import tracking  # noqa: E402
 def test_each_stage_is_a_verl_run_with_its_pool_prompts_and_reward(tmp_path, small_world_dir,
                                                                    small_index_dir,
                                                                    tiny_policy_dir):
-    recipe = UR2Recipe(ur2_config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
-                       .model_copy(update={"summary": SummaryConfig(summarise=False)}))
+    config = ur2_config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
+    recipe = UR2Recipe(config.model_copy(update={  # a hub model: verl's 512-token prompt budget
+        "summary": SummaryConfig(summarise=False),
+        "optim": config.optim.model_copy(update={"max_seq_len": 1024})}))
     records = recipe.training_questions()[:4]
     flags = [True, False, True, False]
     hydra_overrides, composed = launch.prepare_ur2_stage(
@@ -43,6 +45,7 @@ def test_each_stage_is_a_verl_run_with_its_pool_prompts_and_reward(tmp_path, sma
     assert composed.trainer.total_training_steps == 1  # steps 2, stage 1 took 1
     assert composed.trainer.default_local_dir == str(tmp_path / "ckpt" / "verl" / "stage-2")
     assert composed.actor_rollout_ref.model.path == "/models/stage-1"
+    assert (composed.data.max_prompt_length, composed.data.max_response_length) == (512, 512)
     rows = pd.read_parquet(tmp_path / "out" / "stage-2" / "train.parquet")
     assert list(rows["agent_name"]) == ["advrag_search_r1", "advrag_direct"] * 2
     assert rows["prompt"][0][0]["content"] == recipe.search_prompt()(records[0].question)
