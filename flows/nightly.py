@@ -11,7 +11,7 @@ from __future__ import annotations
 from prefect import flow
 
 from advrag.config import PipelineConfig
-from advrag.flows.pipeline import as_config, discriminator_config, pipeline
+from advrag.flows.pipeline import as_config, discriminator_config, pipeline, preflight
 from advrag.flows.promotion import promotion_gate
 from advrag.recipes import recipe_for
 from advrag.tasks import promotion as promo
@@ -20,11 +20,21 @@ from advrag.tasks import tracking
 DEFAULT_CONFIG = "configs/nightly.yaml"
 
 
-@flow(name="nightly", log_prints=True, retries=1, retry_delay_seconds=60)
+@flow(name="nightly", log_prints=True)
 def nightly(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
     """Data refresh → GX gate → dvc repro → warm-up → discriminator SFT → joint RL → benchmark
-    → promotion gates, as one pipeline run named ``nightly``."""
-    return pipeline(as_config(config), run_name="nightly")
+    → promotion gates, as one pipeline run named ``nightly``. A config that fails the
+    pipeline's checks fails at once; a failure after them is retried once (``night``)."""
+    config = as_config(config)
+    preflight(config)
+    return night(config)
+
+
+@flow(name="night", log_prints=True, retries=1, retry_delay_seconds=60)
+def night(config: PipelineConfig) -> dict:
+    """The night's pipeline, retried once after a minute when it fails (a lost data server, a
+    crashed stage); a killed stage resumes from its checkpoints."""
+    return pipeline(config, run_name="nightly")
 
 
 @flow(name="promote", log_prints=True)

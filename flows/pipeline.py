@@ -43,12 +43,19 @@ DEFAULT_CONFIG = "configs/pipeline.yaml"
 def pipeline(config: PipelineConfig | str = DEFAULT_CONFIG, run_name: str = "pipeline") -> dict:
     """Data → warm-up → discriminator SFT → joint RL → benchmark → promotion (module docstring)."""
     config = as_config(config)
+    recipe = preflight(config)
+    with exclusive(config.data.raw_dir, "the data directory"):  # no rebuild under this run
+        return run_stages(config, recipe, run_name)
+
+
+def preflight(config: PipelineConfig) -> Recipe:
+    """The config's recipe, pointed at the pipeline's data, once every check that can fail
+    before a stage runs has passed (a ``ConfigError`` naming the fix otherwise)."""
     recipe = recipe_for(config.recipe)
     recipe.configure(**dataset_settings(recipe.config, config.data))
     check_data(config, recipe)
     check_engine(config, recipe)
-    with exclusive(config.data.raw_dir, "the data directory"):  # no rebuild under this run
-        return run_stages(config, recipe, run_name)
+    return recipe
 
 
 def run_stages(config: PipelineConfig, recipe: Recipe, run_name: str) -> dict:

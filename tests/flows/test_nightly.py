@@ -119,3 +119,20 @@ def test_nights_skip_resume_promote_and_roll_back(project, tiny_policy_dir):
         promote(str(config), model=PARTNER)
     with pytest.raises(ValueError, match="not registered by this config — choose one of"):
         promote(str(config), model="advrag-nope")
+
+
+def test_a_night_whose_config_fails_its_checks_fails_at_once(project, tiny_policy_dir,
+                                                             monkeypatch):
+    """A config the pipeline's checks refuse (here a verl section for a recipe verl cannot
+    train) fails the night at once: the retried part (``night``) never starts, so no minute
+    goes to retrying what cannot pass."""
+    import advrag.flows.nightly as nights
+    from advrag.config import ConfigError, PipelineConfig, load_config
+    from advrag.config.flows import VerlSection
+
+    started = []
+    monkeypatch.setattr(nights, "night", started.append)
+    config = load_config(write_tiny_nightly(project, tiny_policy_dir), PipelineConfig)
+    with pytest.raises(ConfigError, match="--engine verl runs recipes grpo and ur2"):
+        nightly(config.model_copy(update={"verl": VerlSection()}))
+    assert started == []

@@ -53,9 +53,10 @@ def test_deployments_match_the_config_and_the_gpu_workers():
     assert gpu["work_pool"]["name"] == pool.group(1) == "advrag-gpu"
     assert gpu["pull"] == [{"prefect.deployments.steps.set_working_directory":
                             {"directory": workdir.group(1)}}]
-    from advrag.flows.nightly import nightly  # the retry docs/infrastructure.md promises
+    from advrag.flows.nightly import night, nightly  # the retry docs/infrastructure.md promises
 
-    assert (nightly.retries, nightly.retry_delay_seconds) == (1, 60)
+    assert (night.retries, night.retry_delay_seconds) == (1, 60)
+    assert not nightly.retries  # a config that fails its checks is not retried
 
 
 def free_port() -> int:
