@@ -434,19 +434,16 @@ def show_verl_runs(recipe, verl) -> None:
     from omegaconf import OmegaConf
 
     from advrag.engines.verl import launch
+    from advrag.flows.verl import prepare_run
     from advrag.models.loading import resolve_model_dir
 
-    config, model = recipe.config, resolve_model_dir(recipe.config.model)
-    options = {"retriever_url": verl.retriever_url, "gpus": verl.gpus, "nodes": verl.nodes}
-    if config.recipe != "ur2":
-        runs = [launch.prepare(config, verl.out_dir, model_path=model, **options)]
+    model = resolve_model_dir(recipe.config.model)
+    if recipe.config.recipe != "ur2":
+        runs = [prepare_run(recipe, verl, model)]
     else:
         records = recipe.training_questions()
-        runs = [launch.prepare_ur2_stage(
-            config, verl.out_dir, stage=stage, records=records, model_path=model,
-            retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
-            search_prompt=recipe.search_prompt(), **options)
-            for stage in launch.ur2_stage_steps(config)]
+        runs = [prepare_run(recipe, verl, model, stage, records)
+                for stage in launch.ur2_stage_steps(recipe.config)]
     for hydra_overrides, composed in runs:
         typer.echo(launch.shown(hydra_overrides))
         typer.echo(OmegaConf.to_yaml(composed))

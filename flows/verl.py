@@ -12,6 +12,7 @@ local run's (``evaluate``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 
@@ -64,9 +65,7 @@ def train_once(recipe: Recipe, settings: VerlSection, start_model: str,
     from advrag.models.loading import resolve_model_dir
 
     config = recipe.config
-    hydra_overrides, composed = launch.prepare(
-        config, settings.out_dir, model_path=resolve_model_dir(start_model),
-        retriever_url=settings.retriever_url, gpus=settings.gpus, nodes=settings.nodes)
+    hydra_overrides, composed = prepare_run(recipe, settings, resolve_model_dir(start_model))
     run_verl(hydra_overrides, composed, run_id, "verl")
     return merged(launch.stage_root(config), Path(config.checkpoint_dir) / "verl-export")
 
@@ -83,15 +82,26 @@ def train_ur2(recipe: Recipe, settings: VerlSection, start_model: str,
     model, step = resolve_model_dir(start_model), 0
     for stage in launch.ur2_stage_steps(config):
         records = recipe.pools.get(stage) or recipe.training_questions()
-        hydra_overrides, composed = launch.prepare_ur2_stage(
-            config, settings.out_dir, stage=stage, records=records,
-            retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
-            search_prompt=recipe.search_prompt(), model_path=str(model),
-            retriever_url=settings.retriever_url, gpus=settings.gpus, nodes=settings.nodes)
+        hydra_overrides, composed = prepare_run(recipe, settings, model, stage, records)
         run_verl(hydra_overrides, composed, run_id, f"verl/stage-{stage}")
         step, model = merged(launch.stage_root(config, stage),
                              Path(config.checkpoint_dir) / "verl-export" / f"stage-{stage}")
     return step, model
+
+
+def prepare_run(recipe: Recipe, settings: VerlSection, model_path: str | Path,
+                stage: int | None = None, records: list | None = None) -> tuple[list[str], Any]:
+    """One verl run's data, agent loop file and composed config under ``settings.out_dir``:
+    the recipe's config (``stage`` None), or UR² stage ``stage`` on ``records``, prompted by
+    task mixing; its Hydra overrides and composed config."""
+    options = {"model_path": str(model_path), "retriever_url": settings.retriever_url,
+               "gpus": settings.gpus, "nodes": settings.nodes}
+    if stage is None:
+        return launch.prepare(recipe.config, settings.out_dir, **options)
+    return launch.prepare_ur2_stage(
+        recipe.config, settings.out_dir, stage=stage, records=records,
+        retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
+        search_prompt=recipe.search_prompt(), **options)
 
 
 def run_verl(hydra_overrides: list[str], composed, run_id: str, name: str) -> None:

@@ -6,7 +6,7 @@ Three steps, each checkable on a CPU:
    schema — ``data_source``, ``prompt`` (the chat messages: the recipe's search prompt),
    ``ability``, ``reward_model: {style: rule, ground_truth: {target: golden answers}}``,
    ``extra_info`` (our id, the split) and ``agent_name`` (``advrag_search_r1``).
-2. **Config** (``overrides``, ``compose``): our config's values as Hydra overrides of verl's
+2. **Config** (``override_values``, ``compose``): our config's values as Hydra overrides of verl's
    ``ppo_trainer`` — the plugin's estimator and loss, the learning rate, clip and KL settings,
    LoRA, the group size, the batch, the turn and token budgets, the reward function, the agent
    loop (a file written beside the data, naming the retrieval server), the steps and
@@ -102,7 +102,7 @@ def export_parquet(records: Sequence[QARecord], path: Path, split: str,
 
 
 def agent_loop_file(path: Path, config: Any, retriever_url: str,
-                    reward: tuple[str, dict[str, Any]] | None = None) -> Path:
+                    reward: tuple[str, dict[str, Any]]) -> Path:
     """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``); with
     ``exploration``, REX-RAG's loop too, scoring with ``reward`` (its name and settings)."""
     search = {"retriever_url": retriever_url, "max_turns": config.max_turns,
@@ -113,7 +113,7 @@ def agent_loop_file(path: Path, config: Any, retriever_url: str,
                 "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
     exploration = getattr(config, "exploration", None)
     if exploration is not None:
-        name, settings = reward or search_r1_reward(config)
+        name, settings = reward
         entries.append({"name": REX_AGENT_NAME,
                         "_target_": "advrag.engines.verl.agent_loop.RexSearchAgentLoop",
                         **search, "probe_prob": exploration.probe_prob,
@@ -207,13 +207,6 @@ def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequen
     return hydra_overrides, compose(hydra_overrides)
 
 
-def overrides(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
-              nodes: int) -> list[str]:
-    """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step 2)."""
-    return as_overrides(override_values(config, model_path, files, gpus=gpus, nodes=nodes,
-                                        reward=search_r1_reward(config)))
-
-
 def as_overrides(values: dict[str, Any]) -> list[str]:
     """``key=value`` in Hydra's override grammar."""
     return [f"{key}={_hydra_value(value)}" for key, value in values.items()]
@@ -221,7 +214,8 @@ def as_overrides(values: dict[str, Any]) -> list[str]:
 
 def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
                     nodes: int, reward: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    """``overrides`` as a mapping, with ``reward`` (verl's reward function and its settings)
+    """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step
+    2) as a mapping, with ``reward`` (verl's reward function and its settings)
     and, with ``exploration``, REX-RAG's loop and trainer (``rex_values``)."""
     optim, lora = config.optim, config.lora
     prompt_tokens = prompt_budget([files["train"], files["dev"]], model_path)
@@ -365,8 +359,11 @@ def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, 
     files = {split: export_parquet(load_qa(Path(config.world_dir) / f"{split}.jsonl"),
                                    out_dir / f"{split}.parquet", split, search_agent=agent)
              for split, agent in agents.items()}
-    files["agent_loop"] = agent_loop_file(out_dir / "agent_loops.yaml", config, retriever_url)
-    hydra_overrides = overrides(config, model_path, files, gpus=gpus, nodes=nodes)
+    reward = search_r1_reward(config)
+    files["agent_loop"] = agent_loop_file(out_dir / "agent_loops.yaml", config, retriever_url,
+                                          reward)
+    hydra_overrides = as_overrides(override_values(config, model_path, files, gpus=gpus,
+                                                   nodes=nodes, reward=reward))
     return hydra_overrides, compose(hydra_overrides)
 
 
