@@ -24,6 +24,11 @@ from advrag.core.metrics import exact_match, f1_score
 ANSWER_METRICS = {"em": exact_match, "f1": f1_score}
 
 
+def full_marks(answer: str | None, golds: Sequence[str], metric: str) -> bool:
+    """The answer scores 1 under ``metric`` (REX-RAG's correct: never probed)."""
+    return answer is not None and ANSWER_METRICS[metric](answer, golds) >= 1.0
+
+
 def answer_reward(answer: str | None, golds: str | Sequence[str], *, format_errors: int = 0,
                   metric: str = "em", format_penalty: float = 0.2) -> float:
     """``metric(answer, golds)`` (0 without an answer) − ``format_penalty`` if any format error."""

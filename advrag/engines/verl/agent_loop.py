@@ -49,7 +49,7 @@ from advrag.agents.types import Source, Trajectory
 from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, format_docs
 from advrag.common.wire import hits_of, retrieve_request, retrieve_url
-from advrag.core.rewards import ANSWER_METRICS
+from advrag.core.rewards import full_marks
 from advrag.engines.verl.launch import AGENT_NAME, DIRECT_AGENT_NAME, REX_AGENT_NAME
 from advrag.engines.verl.rewards import TRAJECTORY_TERMS, golden_answers
 
@@ -230,9 +230,8 @@ class RexSearchAgentLoop(SearchR1AgentLoop):
 
     def _full_marks(self, episode: _Episode, truth: Any) -> bool:
         """The answer scores 1 under the reward's metric (correct: never probed)."""
-        answer = episode.trajectory.answer
-        metric = ANSWER_METRICS[self.reward_kwargs.get("metric", "em")]
-        return answer is not None and metric(answer, golden_answers(truth)) >= 1.0
+        return full_marks(episode.trajectory.answer, golden_answers(truth),
+                          self.reward_kwargs.get("metric", "em"))
 
     def _open_probe(self, episode: _Episode, answer_turn: int,
                     prompt: int) -> tuple[_Episode, dict[str, int]]:

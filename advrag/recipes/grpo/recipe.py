@@ -19,7 +19,8 @@ from typing import Any
 
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
-from advrag.core.rewards import ANSWER_METRICS, answer_reward
+from advrag.core.rewards import answer_reward
+from advrag.core.rewards import full_marks as earns_full_marks
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, trainable_policy
 from advrag.recipes.grpo.config import GrpoConfig
@@ -103,8 +104,7 @@ class GrpoRecipe(Recipe):
 
     def full_marks(self, answer: str | None, record: QARecord) -> bool:
         """The answer scores 1 under ``reward_metric``: correct, never probed by REX-RAG."""
-        return answer is not None and ANSWER_METRICS[self.config.reward_metric](
-            answer, record.golden_answers) >= 1.0
+        return earns_full_marks(answer, record.golden_answers, self.config.reward_metric)
 
     def run_state(self) -> dict[str, Any]:
         """REX-RAG's keep ratio, when it explores."""
