@@ -44,12 +44,13 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
     params = {"config": config.model_dump(mode="json"), "data": version}
     tags = {"data.version": version["digest"], "flow": flow_name, "recipe": recipe.name,
             "model": config.model, **(tags or {})}
+    retriever, records = rl.training_data(recipe)
+    rl.check_budgets(recipe, retriever.passages, records)
     with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
             tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                                  parent=parent) as run_id:
         for folder in (config.checkpoint_dir, *(config.checkpoint_dir / a for a in recipe.agents)):
             remove_leftovers(folder)  # a killed save's temporary copies
-        retriever, records = rl.training_data(recipe)
         start_model = warm_start(recipe, run_id, retriever, records)
         curate_with(recipe, start_model, run_id)
         rl.build(recipe, start_model)

@@ -130,6 +130,19 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> str:
     return spec
 
 
+def load_tokenizer(spec: str = SMOLLM2, cache_dir: Path | None = None):
+    """The tokenizer of ``spec`` alone (no weights): what a token budget is counted in."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model_dir(spec, cache_dir))
+    except OSError as err:
+        raise FileNotFoundError(
+            f"Could not load the tokenizer of {spec!r} ({err}). This machine may have no hub "
+            "access: use 'smollm2', a local checkpoint directory, a .gguf file or a models:/ URI."
+        ) from err
+
+
 def load_policy(
     spec: str = SMOLLM2, *, dtype: str = "float32", device: str = "auto",
     cache_dir: Path | None = None,

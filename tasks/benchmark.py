@@ -84,7 +84,7 @@ def save_method_results(out_dir: Path, method: str, dataset: str, rows: list[dic
 
     Runs before anything is logged, so a tracking failure never loses an evaluation.
     """
-    summary = scoring.summarize(rows, seed=seed)
+    summary = scoring.summarize(rows, seed=seed) | scoring.kind_metrics(rows, seed=seed)
     payload = json.dumps({"method": method, "dataset": dataset, "summary": summary,
                           "rows": rows}, indent=1, default=str)
     atomic_write_text(out_dir / dataset / f"{method}.json", [payload])

@@ -138,11 +138,14 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     from advrag.common.fileio import atomic_dir
     from advrag.engines.local.generation import HFGenerator
     from advrag.engines.local.policy import adamw
+    from advrag.engines.local.tokenize import refuse_cut
     from advrag.engines.local.verdicts import judgment_loss
 
     chat = HFGenerator(policy.model, tokenizer).chat_prompt
     train, held = (_trajectories(rows, s, chat, tokenizer, config.max_new_tokens)
                    for s in ("train", "heldout"))
+    refuse_cut(train + held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
+               "judge examples (slice, its passages and the verdict)")
     optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
     best, best_epoch, step, adapter = math.inf, 0, 0, config.checkpoint_dir / "adapter"
     with console.progress("discriminator SFT", len(train) * config.sft.epochs, "slices") as bar:

@@ -22,6 +22,21 @@ def training_data(recipe: Recipe) -> tuple:
 
 
 @task(cache_policy=NO_CACHE)
+def check_budgets(recipe: Recipe, passages, records: list[QARecord]) -> None:
+    """Refuse, before anything trains, a config whose token budgets cannot hold its own
+    episodes (``Recipe.check_token_budgets``), counted in the start model's tokenizer."""
+    from advrag.engines.local.generation import ChatPrompting
+    from advrag.models.loading import load_tokenizer
+
+    spec = recipe.config.model
+    tokenizer = load_tokenizer(str(tracking.download_model(spec)) if spec.startswith("models:/")
+                               else spec)
+    recipe.check_token_budgets(lambda text: len(tokenizer(text, add_special_tokens=False)
+                                                ["input_ids"]),
+                               ChatPrompting(tokenizer).chat_prompt, records, passages)
+
+
+@task(cache_policy=NO_CACHE)
 def warm_up(recipe: Recipe, retriever, records: list[QARecord]):
     """The recipe's SFT warm-up (cached in ``checkpoint_dir/warmup``): ``(model_dir, history)``."""
     return recipe.warm_up(retriever, records)

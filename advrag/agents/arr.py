@@ -66,7 +66,7 @@ from advrag.agents.prompts import (
     arr_verifier_prompt,
 )
 from advrag.agents.protocol import extract_tags, last_content, parse_step
-from advrag.agents.types import Trajectory, one_episode
+from advrag.agents.types import Trajectory, budget_cuts, one_episode
 from advrag.common.types import (
     Passage,
     Retriever,
@@ -155,10 +155,11 @@ def _reasoner_turn(
         stop=REASONER_STOP,
     )
     queries: dict[int, str] = {}
-    for i, out in zip(active, outputs, strict=True):
+    for i, out, cut in zip(active, outputs, budget_cuts(reasoner, len(outputs)), strict=True):
         d = dialogues[i]
         d.reasoner.add(out, "policy")
         d.reasoner.n_turns += 1
+        d.reasoner.cut_turns += int(cut)
         d.messages.append(("Reasoner", out))
         step = parse_step(out, ("search", "answer"), passive=("think", "verify"))
         d.reasoner.format_errors += int(step.error is not None)
@@ -209,11 +210,12 @@ def _send_feedback(d: Dialogue, doc_line: str | None, response: str) -> None:
 
 
 def _apply_verifier_step(
-    d: Dialogue, turn: int, query: str, passages: list[Passage], output: str
+    d: Dialogue, turn: int, query: str, passages: list[Passage], output: str, cut: bool
 ) -> None:
     """Record one verifier search-step message and pass its feedback to the reasoner."""
     d.verifier.add(output, "policy")
     d.verifier.n_turns += 1
+    d.verifier.cut_turns += int(cut)
     d.messages.append(("Verifier", output))
     selected, response, malformed = _read_verifier_step(output, len(passages))
     d.verifier.format_errors += int(malformed)
@@ -255,8 +257,9 @@ def _verify_searches(
         max_new_tokens=max_new_tokens,
         stop=VERIFIER_STOP,
     )
-    for (i, passages), out in zip(results.items(), outputs, strict=True):
-        _apply_verifier_step(dialogues[i], turn, queries[i], passages, out)
+    cuts = budget_cuts(verifier, len(outputs))
+    for (i, passages), out, cut in zip(results.items(), outputs, cuts, strict=True):
+        _apply_verifier_step(dialogues[i], turn, queries[i], passages, out, cut)
 
 
 def _force_answers(dialogues: list[Dialogue], reasoner: TextGenerator, max_new_tokens: int) -> None:
@@ -269,9 +272,10 @@ def _force_answers(dialogues: list[Dialogue], reasoner: TextGenerator, max_new_t
     outputs = reasoner.generate(
         [d.reasoner.text for d in pending], max_new_tokens=max_new_tokens, stop=("</answer>",)
     )
-    for d, out in zip(pending, outputs, strict=True):
+    for d, out, cut in zip(pending, outputs, budget_cuts(reasoner, len(outputs)), strict=True):
         d.reasoner.add(out, "policy")
         d.reasoner.n_turns += 1
+        d.reasoner.cut_turns += int(cut)
         d.messages.append(("Reasoner", out))
         d.reasoner.answer = extract_answer(out)
         d.reasoner.format_errors += int(d.reasoner.answer is None)
@@ -288,9 +292,10 @@ def _verify_answers(
         max_new_tokens=max_new_tokens,
         stop=VERIFIER_FINAL_STOP,
     )
-    for d, out in zip(dialogues, outputs, strict=True):
+    for d, out, cut in zip(dialogues, outputs, budget_cuts(verifier, len(outputs)), strict=True):
         d.verifier.add(out, "policy")
         d.verifier.n_turns += 1
+        d.verifier.cut_turns += int(cut)
         d.messages.append(("Verifier", out))
         step = parse_step(out, ("final_answer",), passive=("verify",))
         d.verifier.answer = last_content(out, "final_answer")
@@ -307,9 +312,10 @@ def _final_predictions(
     outputs = predictor.generate(
         [d.final.text for d in dialogues], max_new_tokens=max_new_tokens, stop=("</answer>",)
     )
-    for d, out in zip(dialogues, outputs, strict=True):
+    for d, out, cut in zip(dialogues, outputs, budget_cuts(predictor, len(outputs)), strict=True):
         d.final.add(out, "policy")
         d.final.n_turns = 1
+        d.final.cut_turns = int(cut)
         d.final.answer = extract_answer(out)
         d.final.format_errors = int(d.final.answer is None)
 

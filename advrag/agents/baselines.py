@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from advrag.agents.prompts import cot_prompt, direct_reasoning_prompt, naive_rag_prompt
 from advrag.agents.protocol import last_content
-from advrag.agents.types import Trajectory
+from advrag.agents.types import Trajectory, budget_cuts
 from advrag.common.types import Retriever, TextGenerator
 
 
@@ -33,8 +33,9 @@ def _answer_all(
     """One batched generation from rendered prompts; read each answer."""
     outputs = generator.generate(prompts, max_new_tokens=max_new_tokens, stop=("</answer>",))
     trajs = []
-    for prompt, out in zip(prompts, outputs, strict=True):
-        traj = Trajectory(n_turns=1)
+    cuts = budget_cuts(generator, len(outputs))
+    for prompt, out, cut in zip(prompts, outputs, cuts, strict=True):
+        traj = Trajectory(n_turns=1, cut_turns=int(cut))
         traj.add(prompt, "prompt")
         traj.add(out, "policy")
         traj.answer = extract_answer(out)

@@ -21,7 +21,8 @@ After ``max_turns`` turns, items without an answer get ``FORCE_ANSWER_HINT``
 ("env") and one last generation (stop ``</answer>``); its answer is read
 leniently with ``extract_answer`` and stays None if there is none (that turn
 then counts as a format error). ``n_turns`` counts generations, the forced one
-included. Text a generator produces after the action is kept in the trajectory
+included; ``cut_turns`` counts generations ``max_new_tokens`` cut (where the generator
+reports it: ``budget_cuts``). Text a generator produces after the action is kept in the trajectory
 (it was sampled) but not acted on.
 
 With a REX-RAG ``prober`` (training only), items that answered in one of the
@@ -44,7 +45,7 @@ from advrag.agents.prompts import (
     search_r1_prompt,
 )
 from advrag.agents.protocol import parse_step
-from advrag.agents.types import Trajectory, one_episode
+from advrag.agents.types import Trajectory, budget_cuts, one_episode
 from advrag.common.types import (
     Passage,
     Retriever,
@@ -66,10 +67,12 @@ def _agent_turn(
         [trajs[i].text for i in active], max_new_tokens=max_new_tokens, stop=STOP
     )
     queries: dict[int, str] = {}
-    for i, out in zip(active, outputs, strict=True):
+    cuts = budget_cuts(generator, len(outputs))
+    for i, out, cut in zip(active, outputs, cuts, strict=True):
         traj = trajs[i]
         traj.add(out, "policy")
         traj.n_turns += 1
+        traj.cut_turns += int(cut)
         step = parse_step(out, ACTIONS)
         traj.format_errors += int(step.error is not None)
         if step.kind == "answer":
@@ -102,6 +105,7 @@ def _retrieve_into(
         trajs[i].n_searches += 1
         trajs[i].queries.append(queries[i])
         trajs[i].retrieved_ids.extend(p.id for p in found[i])
+        trajs[i].search_ids.append(tuple(p.id for p in found[i]))
         trajs[i].fallbacks += int(fell_back)
         if fell_back and fallback_hint:
             trajs[i].add(FALLBACK_HINT, "env")
@@ -118,9 +122,10 @@ def _force_answers(
     outputs = generator.generate(
         [trajs[i].text for i in pending], max_new_tokens=max_new_tokens, stop=("</answer>",)
     )
-    for i, out in zip(pending, outputs, strict=True):
+    for i, out, cut in zip(pending, outputs, budget_cuts(generator, len(outputs)), strict=True):
         trajs[i].add(out, "policy")
         trajs[i].n_turns += 1
+        trajs[i].cut_turns += int(cut)
         trajs[i].answer = extract_answer(out)
         trajs[i].format_errors += int(trajs[i].answer is None)
 

@@ -50,8 +50,12 @@ class Trajectory:
     format_errors: int = 0
     retrieved_ids: list[str] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
+    search_ids: list[tuple[str, ...]] = field(default_factory=list)
+    """The passage ids each search returned, one tuple per query (``retrieved_ids`` flat)."""
     fallbacks: int = 0
     """Searches answered with the summariser's fallback message (UR²'s fallback faults)."""
+    cut_turns: int = 0
+    """Generations that ``max_new_tokens`` cut before a stop string or EOS (``budget_cuts``)."""
     probe: ProbeOrigin | None = None
     """Set on a REX-RAG probe: where it was cloned from and which prompt it inserted."""
 
@@ -93,3 +97,21 @@ class GeneratorWrapper:
     def episode(self) -> AbstractContextManager:
         """The wrapped generator's episode scope (``one_episode``)."""
         return one_episode(self.inner)
+
+    @property
+    def last_cut(self) -> list[bool] | None:
+        """The wrapped generator's cut flags of its last call, if it reports them (``budget_cuts``)."""
+        return getattr(self.inner, "last_cut", None)
+
+
+def budget_cuts(generator: TextGenerator, n: int) -> list[bool]:
+    """Which of the ``n`` completions of ``generator``'s last call ``max_new_tokens`` cut: its
+    ``last_cut`` where it reports one (the engines' generators do), else none of them."""
+    cut = getattr(generator, "last_cut", None)
+    if cut is None:
+        return [False] * n
+    cut = list(cut)
+    if n and len(cut) != n:
+        raise ValueError(f"{type(generator).__name__} reported {len(cut)} cut flags for "
+                         f"{n} completions")
+    return cut

@@ -65,7 +65,7 @@ class WorldSection(Strict):
     n_train: int = Field(500, ge=1, description="Training questions.")
     n_dev: int = Field(100, ge=1, description="Development questions.")
     n_test: int = Field(100, ge=1, description="Held-out test questions.")
-    passage_words: int = Field(100, ge=40, le=120, description="Words per passage (facts, then "
+    passage_words: int = Field(60, ge=40, le=120, description="Words per passage (facts, then "
                                "filler up to it): shorter passages, shorter prompts.")
     n_countries: int = Field(_WORLD.n_countries, ge=2,
                              description="Countries, each with its capital city.")
@@ -207,9 +207,9 @@ class BenchmarkConfig(Strict):
     retriever_url: str | None = Field(None, pattern=r"^https?://", description="Use a running "
                                       "retrieval server (http://host:port) instead.")
     topk: int = Field(3, ge=1, description="Passages per search.")
-    max_turns: int = Field(2, ge=1, description="Search-R1: searches per question (then a forced "
+    max_turns: int = Field(4, ge=1, description="Search-R1: searches per question (then a forced "
                            "answer); ARR: reasoner messages per dialogue, the answer included.")
-    max_new_tokens: int = Field(80, ge=1, description="Token budget per generation call.")
+    max_new_tokens: int = Field(128, ge=1, description="Token budget per generation call.")
     batch_size: int = Field(32, ge=1, description="Questions that advance together.")
     datasets_root: Path = Field(Path("data/benchmarks"), description="Where standard QA files live.")
     experiment: str = Field("advrag-benchmark", min_length=1, description="MLflow experiment name.")

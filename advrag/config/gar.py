@@ -52,7 +52,7 @@ class DiscriminatorSFTConfig(Strict):
                                description="The discriminator adapter's shape.")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(lr=1e-4, epochs=4, batch_size=8, micro_batch_size=4,
-                                          max_seq_len=1024),
+                                          max_seq_len=3072),
         description="SFT settings; epochs is the most that run (early stopping may end sooner). "
         "Paper: lr 1e-4, 500 steps of batch 128.",
     )
@@ -70,7 +70,7 @@ class DiscriminatorSFTConfig(Strict):
     heldout_fraction: float = Field(0.25, gt=0, lt=1, description="Share of those questions "
                                     "whose slices are held out (early stopping, evaluation).")
     topk: int = Field(3, ge=1, description="Passages per search in the demonstrations.")
-    max_turns: int = Field(3, ge=1, description="Demonstrations of chains longer than this are "
+    max_turns: int = Field(4, ge=1, description="Demonstrations of chains longer than this are "
                            "skipped (searches per rollout).")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")

@@ -24,7 +24,7 @@ class WarmupSection(Strict):
 
     demonstrations: int = Field(64, ge=1, description="Training questions turned into demonstrations.")
     sft: SFTConfig = Field(
-        default_factory=lambda: SFTConfig(lr=2e-4, batch_size=8, epochs=3),
+        default_factory=lambda: SFTConfig(lr=2e-4, batch_size=8, epochs=3, max_seq_len=3072),
         description="The SFT settings (lr, epochs, batch_size, micro_batch_size, max_seq_len, …).",
     )
 
@@ -56,7 +56,7 @@ class RLRunConfig(Strict):
         description="LoRA settings (r, alpha, dropout, target_modules); null = full fine-tune.",
     )
     optim: TrainConfig = Field(
-        default_factory=lambda: TrainConfig(lr=1e-5, micro_batch_size=4, max_seq_len=1024),
+        default_factory=lambda: TrainConfig(lr=1e-5, micro_batch_size=4, max_seq_len=3072),
         description="Optimiser and policy-loss settings (lr, kl_coef, advantage, …).",
     )
     warmup: WarmupSection | None = Field(
@@ -68,12 +68,12 @@ class RLRunConfig(Strict):
     questions_per_step: int = Field(2, ge=1, description="Distinct questions per update.")
     group_size: int = Field(4, ge=1, description="Rollouts per question: one GRPO group "
                             "(every agent of the recipe shares it).")
-    max_turns: int = Field(2, ge=1, description="Turns per rollout: Search-R1 searches (then a "
+    max_turns: int = Field(4, ge=1, description="Turns per rollout: Search-R1 searches (then a "
                            "forced answer); ARR: reasoner messages per dialogue, the answer "
                            "included (paper 5), so T − 1 searches at most.")
     topk: int = Field(3, ge=1, description="Passages per search.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of rollouts.")
-    max_new_tokens: int = Field(64, ge=1, description="Tokens per generation call.")
+    max_new_tokens: int = Field(128, ge=1, description="Tokens per generation call.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(True, description=AMX_ATTENTION)
     compile_update: bool | Literal["auto"] = Field(

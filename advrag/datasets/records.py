@@ -117,3 +117,15 @@ def parse_json_line(line: str, source: Path, line_no: int) -> dict[str, Any]:
 
 def _as_dict(row: Mapping[str, Any] | QARecord) -> Mapping[str, Any]:
     return row.to_json() if isinstance(row, QARecord) else row
+
+
+HOP_NAMES = {2: "two-hop", 3: "three-hop"}
+
+
+def question_kind(record: QARecord) -> str:
+    """The world's question kinds: single, two-hop, three-hop (chained) or comparison; a
+    user's record keeps its ``metadata["type"]`` (``untyped`` without one)."""
+    kind, hops = record.metadata.get("type", "untyped"), record.metadata.get("hops")
+    if kind == "compositional" and hops in HOP_NAMES:
+        return HOP_NAMES[hops]
+    return str(kind)

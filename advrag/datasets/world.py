@@ -79,7 +79,7 @@ class WorldConfig(BaseModel):
     """Questions in the dev split."""
     n_test: int = Field(100, ge=0)
     """Questions in the test split."""
-    passage_words: int = Field(100, ge=40, le=120)
+    passage_words: int = Field(60, ge=40, le=120)
     """Target words per passage text (after the title); filler pads up to it (at most 120:
     the filler pools hold about that many words)."""
     facts_per_passage: int = Field(3, ge=1, le=6)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from advrag.agents.types import GeneratorWrapper
 from advrag.common.types import TextGenerator
 from advrag.engines.local.decoding import decode
-from advrag.engines.local.generation import HFGenerator, padding_id
+from advrag.engines.local.generation import HFGenerator, padding_id, prompt_ids
 
 
 @dataclass
@@ -82,8 +82,7 @@ def _replay_hf(generator: HFGenerator, call: GenerateCall) -> int:
     pad = padding_id(tok)
     produced = 0
     for start in range(0, len(call.prompts), size):
-        ids = tok(call.prompts[start:start + size], truncation=True,
-                  max_length=generator.max_prompt_tokens, add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(tok, call.prompts[start:start + size], generator.max_prompt_tokens)
         with generator.autocast():
             new = decode(generator.model, ids, max_new_tokens=call.completion_tokens[start:start + size],
                          pad_id=pad, eos_ids={tok.eos_token_id}, temperature=generator.temperature,
@@ -96,8 +95,7 @@ def _replay_vllm(generator, call: GenerateCall) -> int:
     """The call's prompts as token ids, one request each with its own forced length."""
     from vllm import SamplingParams
 
-    ids = generator.tokenizer(call.prompts, truncation=True, max_length=generator.max_prompt_tokens,
-                              add_special_tokens=False)["input_ids"]
+    ids = prompt_ids(generator.tokenizer, call.prompts, generator.max_prompt_tokens)
     sampling = generator.temperature > 0
     params = [SamplingParams(temperature=generator.temperature if sampling else 0.0,
                              top_p=generator.top_p if sampling else 1.0, max_tokens=length,

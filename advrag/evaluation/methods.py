@@ -40,6 +40,12 @@ class MethodOutput:
     retrieved_text: str = ""
     n_searches: int = 0
     format_errors: int = 0
+    cut_turns: int = 0
+    """Generations ``max_new_tokens`` cut before their stop (``Trajectory.cut_turns``)."""
+    queries: tuple[str, ...] = ()
+    """The search queries, in order."""
+    retrieved_ids: tuple[tuple[str, ...], ...] = ()
+    """The passage ids each search returned, in order."""
 
 
 class RecordingRetriever:
@@ -84,10 +90,13 @@ def read_prediction(answer: str | None, trajectory) -> str | None:
 def _outputs(trajs, retriever: RecordingRetriever) -> list[MethodOutput]:
     """Trajectories → MethodOutputs."""
     return [
-        MethodOutput(prediction=read_prediction(t.answer, t), transcript=t.text, retrieved_text=retriever.texts(t.retrieved_ids),
-                     n_searches=t.n_searches, format_errors=t.format_errors)
+        MethodOutput(prediction=read_prediction(t.answer, t), transcript=t.text,
+                     retrieved_text=retriever.texts(t.retrieved_ids), n_searches=t.n_searches,
+                     format_errors=t.format_errors, cut_turns=t.cut_turns,
+                     queries=tuple(t.queries), retrieved_ids=tuple(t.search_ids))
         for t in trajs
     ]
+
 
 
 def run_cot(questions, generators: Generators, retriever, s) -> list[MethodOutput]:
@@ -121,6 +130,9 @@ def run_arr(questions, generators: Generators, retriever, s) -> list[MethodOutpu
             retrieved_text="\n".join(t for step in d.steps for t in step.doc_texts),
             n_searches=len(d.steps),
             format_errors=d.reasoner.format_errors + d.verifier.format_errors,
+            cut_turns=d.reasoner.cut_turns + d.verifier.cut_turns + d.final.cut_turns,
+            queries=tuple(step.query for step in d.steps),
+            retrieved_ids=tuple(tuple(step.doc_ids) for step in d.steps),
         )
         for d in dialogues
     ]

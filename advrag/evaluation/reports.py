@@ -300,13 +300,14 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     ``decision``: the promotion gate's alias and tags. The RL stage's reward terms per update
     (``trained["rewards"]``, e.g. GAR's R_m, R_s, R_d, R_a) follow the table.
     """
-    lines = ["| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | searches |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | searches "
+             "| turns cut by max_new_tokens |", "|---|---|---|---|---|---|---|"]
     for stage in ("base", "warmup", "trained"):
         for key, s in trained.get(stage, {}).items():
             lines.append(f"| {stage} ({key}) | {s['n']:.0f} | {s['em']:.3f} [{s['em_lo']:.3f}, "
                          f"{s['em_hi']:.3f}] | {s['f1']:.3f} [{s['f1_lo']:.3f}, {s['f1_hi']:.3f}] "
-                         f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} |")
+                         f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} "
+                         f"| {s.get('cut_turns', 0.0):.2f} |")
     rewards = reward_text(trained.get("rewards", {}))
     if rewards:
         lines += ["", rewards]

@@ -32,8 +32,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from advrag.agents.budgets import (
+    Budget,
+    Count,
+    EpisodeShape,
+    episode_bound,
+    longest_information,
+    refusal,
+    search_agent_shape,
+)
+from advrag.agents.prompts import search_r1_prompt
 from advrag.agents.types import Trajectory
-from advrag.common.types import Retriever, TextGenerator
+from advrag.common.types import Passage, Retriever, TextGenerator
 from advrag.config import RLRunConfig, config_hash
 from advrag.datasets.records import QARecord
 
@@ -97,6 +107,43 @@ class Recipe(ABC):
         """Take the SFT discriminator's adapter; only a recipe whose ``upstream`` names
         discriminator_sft is handed one."""
         raise NotImplementedError(f"recipe {self.name!r} takes no discriminator")
+
+    def episode_shape(self, max_turns: int) -> EpisodeShape:
+        """The most one rollout of ``max_turns`` turns holds (``agents.budgets``): the
+        Search-R1 loop's by default."""
+        return search_agent_shape(max_turns)
+
+    def rollout_prompts(self, question: str) -> tuple[str, ...]:
+        """The user messages a rollout of ``question`` starts its agents from (Search-R1's by
+        default): what a token budget must hold before the first turn."""
+        return (search_r1_prompt(question),)
+
+    def token_budgets(self) -> list[Budget]:
+        """Every token budget of this config and the episode it must hold: the RL update's and
+        the warm-up's (a demonstration has the rollouts' shape)."""
+        c = self.config
+        shape = self.episode_shape(c.max_turns)
+        budgets = [Budget("optim.max_seq_len", c.optim.max_seq_len, "an RL episode", shape,
+                          c.max_new_tokens)]
+        if c.warmup is not None:
+            budgets.append(Budget("warmup.sft.max_seq_len", c.warmup.sft.max_seq_len,
+                                  "a warm-up demonstration", shape, c.max_new_tokens))
+        return budgets
+
+    def check_token_budgets(self, count: Count, chat_prompt, questions: Sequence[QARecord],
+                            passages: Sequence[Passage]) -> None:
+        """Refuse (``ConfigError``) a budget that cannot hold its episode: ``count`` is the
+        policy's token counter, ``chat_prompt`` renders a user message as the policy sees it,
+        ``questions`` and ``passages`` what the run asks and retrieves from."""
+        from advrag.config import ConfigError
+
+        info = longest_information(count, passages, self.config.topk)
+        prompts = [chat_prompt(p) for q in questions for p in self.rollout_prompts(q.question)]
+        problems = [why for budget in self.token_budgets()
+                    if (why := refusal(budget, episode_bound(
+                        count, prompts, info, budget.shape, budget.max_new_tokens)))]
+        if problems:
+            raise ConfigError(f"{self.name}: " + "; ".join(problems))
 
     def needs_world(self) -> list[str]:
         """What this config reads that only the generated world has, each with the setting

@@ -134,7 +134,7 @@ def run_seed(args: argparse.Namespace) -> None:
 def question_rows(run_id: str) -> list[dict]:
     """A benchmark run's Search-R1 predictions on the world, one row per question with its kind."""
     from advrag.datasets.loaders import load_qa
-    from advrag.recipes.rex_rag.step import question_kind
+    from advrag.datasets.records import question_kind
     from advrag.tasks import tracking
 
     kinds = {r.id: question_kind(r) for r in load_qa(Path("data/world/test.jsonl"))}

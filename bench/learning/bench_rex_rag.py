@@ -37,8 +37,8 @@ from pathlib import Path
 
 from advrag.config import load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
+from advrag.datasets.records import question_kind
 from advrag.recipes.grpo import GrpoConfig
-from advrag.recipes.rex_rag.step import question_kind
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules

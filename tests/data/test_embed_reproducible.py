@@ -3,7 +3,8 @@ committed `dvc.lock` was made from the sources in the tree: so a fresh clone's `
 rewrites `dvc.lock` as it is committed, on any x86-64 CPU with AVX2.
 
 A different CPU is played here by what it changes in this process: the kernels torch and
-MKL would pick (their own switches for it) and the number of threads.
+MKL would pick (their own switches for it, no wider than this CPU's own) and the number of
+threads.
 """
 
 from __future__ import annotations
@@ -21,8 +22,17 @@ import yaml
 from advrag.retrieval.embedding import REPRODUCIBLE_CPU_KERNELS, pin_cpu_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
+def widest_capability() -> str:
+    """The widest kernels torch would pick on this CPU (``avx512`` or ``avx2``; ``default``
+    without either): the other CPU below may only ask for kernels this one can run — an
+    AVX2-only CPU cannot play an AVX-512 one (torch's kernels there fail to start)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
 OTHER_CPUS = (
-    {"ATEN_CPU_CAPABILITY": "avx512", "OMP_NUM_THREADS": "2"},
+    {"ATEN_CPU_CAPABILITY": widest_capability(), "OMP_NUM_THREADS": "2"},
     {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OMP_NUM_THREADS": "3"},
 )
 UNPINNED_EMBED = ("from advrag.retrieval.embedding import Embedder, embed_corpus_file; import sys; "

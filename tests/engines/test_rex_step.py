@@ -9,12 +9,12 @@ import pytest
 from advrag.agents.prompts import exploration_pool
 from advrag.agents.types import Trajectory
 from advrag.common.types import Passage
-from advrag.datasets.records import QARecord
+from advrag.datasets.records import QARecord, question_kind
 from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
 from advrag.models.loading import load_policy
 from advrag.recipes.rex_rag import RexExploration
-from advrag.recipes.rex_rag.step import ExplorationState, question_kind, rex_step
+from advrag.recipes.rex_rag.step import ExplorationState, rex_step
 
 RECORDS = [QARecord("q1", "Who is A?", ["A"], {"type": "single", "hops": 1}),
            QARecord("q2", "Who is B?", ["B"], {"type": "compositional", "hops": 2})]

@@ -29,10 +29,24 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
-class ChatPrompting:
-    """``chat_prompt`` through ``self.tokenizer``'s chat template (shared by the back-ends)."""
+def prompt_ids(tokenizer, prompts: Sequence[str], max_prompt_tokens: int) -> list[list[int]]:
+    """Token ids of ``prompts``; a prompt longer than ``max_prompt_tokens`` is refused with its
+    length, never cut (the token budgets are checked before a run: ``agents.budgets``)."""
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    longest = max((len(row) for row in ids), default=0)
+    if longest > max_prompt_tokens:
+        raise ValueError(f"a prompt of {longest} tokens is longer than the generator's "
+                         f"max_prompt_tokens ({max_prompt_tokens}): raise the budget of the "
+                         "episode (max_seq_len) or lower max_turns, topk or max_new_tokens")
+    return ids
 
-    tokenizer: object
+
+class ChatPrompting:
+    """``chat_prompt`` through ``self.tokenizer``'s chat template (shared by the back-ends;
+    on its own, a tokenizer's prompts without a model)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         """Render one user turn with the chat template, ready for the assistant."""
@@ -60,7 +74,7 @@ class HFGenerator(ChatPrompting):
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 16, max_prompt_tokens: int = 2048,
+                 batch_size: int = 16, max_prompt_tokens: int = 8192,
                  autocast: Callable[[], AbstractContextManager] = nullcontext,
                  prefix_store_bytes: int = PREFIX_STORE_BYTES):
         self.model = model
@@ -74,6 +88,9 @@ class HFGenerator(ChatPrompting):
         self.last_completion_tokens: list[int] = []
         """Tokens each completion of the last ``generate`` call got (stop string or EOS
         included, padding not)."""
+        self.last_cut: list[bool] = []
+        """Whether each completion of the last ``generate`` call was cut by ``max_new_tokens``
+        (it reached the budget with no stop string and no EOS)."""
         self.prefix_store_bytes = prefix_store_bytes
         self.prefix_store: PrefixStore | None = None
         self._store_weights: tuple | None = None
@@ -96,7 +113,7 @@ class HFGenerator(ChatPrompting):
                  stop: Sequence[str] = ()) -> list[str]:
         """Continue every prompt; outputs are aligned with ``prompts``."""
         outputs: list[str] = []
-        self.last_completion_tokens = []
+        self.last_completion_tokens, self.last_cut = [], []
         self._check_store()
         for start in range(0, len(prompts), self.batch_size):
             batch = list(prompts[start:start + self.batch_size])
@@ -108,8 +125,7 @@ class HFGenerator(ChatPrompting):
         """One batch through ``decode`` (shared prefix once, finished rows dropped); the new
         tokens' text, cut after the first stop string."""
         tok = self.tokenizer
-        ids = tok(prompts, truncation=True, max_length=self.max_prompt_tokens,
-                  add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(tok, prompts, self.max_prompt_tokens)
         pad = padding_id(tok)
         with self.autocast():
             new_tokens = decode(self.model, ids, max_new_tokens=max_new_tokens, pad_id=pad,
@@ -120,6 +136,9 @@ class HFGenerator(ChatPrompting):
         self.last_completion_tokens.extend(lengths)
         self.generated_tokens += sum(lengths)
         texts = tok.batch_decode(new_tokens, skip_special_tokens=True)
+        self.last_cut.extend(n >= max_new_tokens and row[n - 1] != tok.eos_token_id
+                             and not any(s and s in text for s in stop)
+                             for n, row, text in zip(lengths, new_tokens, texts, strict=True))
         return [cut_at_stop(t, stop) for t in texts]
 
     def _check_store(self) -> None:

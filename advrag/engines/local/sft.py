@@ -20,7 +20,7 @@ from advrag.common import console
 from advrag.config.engine import SFTConfig
 from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy, adamw
-from advrag.engines.local.tokenize import Batch, encode_trajectories
+from advrag.engines.local.tokenize import Batch, encode_trajectories, refuse_cut
 
 
 def nll_loss(logprobs: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -65,13 +65,17 @@ def supervised_finetune(
     demonstrations: Sequence[Trajectory],
     config: SFTConfig,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    setting: str = "warmup.sft.max_seq_len",
 ) -> list[dict[str, float]]:
     """Fine-tune ``policy`` on ``demonstrations``; returns each step's metrics.
 
-    ``on_step(step, metrics)`` is called after every update (logging, progress).
+    A demonstration longer than ``config.max_seq_len`` is refused before any step, naming
+    ``setting`` (where the budget is set); ``on_step(step, metrics)`` is called after every
+    update (logging, progress).
     """
     if not demonstrations:
         raise ValueError("no demonstrations to fine-tune on; check the data and max_turns")
+    refuse_cut(demonstrations, tokenizer, config.max_seq_len, setting)
     optimizer = adamw(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
     history = []
     batches = batches_of(len(demonstrations), config)

@@ -131,3 +131,21 @@ def encode_trajectories(trajectories: Sequence[Trajectory], tokenizer, *, max_le
         batch.loss_mask[row, :n] = loss_mask
         batch.segment_ids[row, :n] = segment_ids
     return batch
+
+
+def token_lengths(trajectories: Sequence[Trajectory], tokenizer) -> list[int]:
+    """Tokens of each trajectory as ``encode_trajectories`` lays it out (segment by segment)."""
+    return [sum(len(tokenizer(segment.text, add_special_tokens=False)["input_ids"])
+                for segment in t.segments) for t in trajectories]
+
+
+def refuse_cut(trajectories: Sequence[Trajectory], tokenizer, max_len: int, setting: str,
+               what: str = "demonstrations") -> None:
+    """Refuse, before training, trajectories that ``max_len`` would cut (their tail holds the
+    answer a warm-up must teach): the count, the longest and the setting to raise."""
+    lengths = token_lengths(trajectories, tokenizer)
+    over = [n for n in lengths if n > max_len]
+    if over:
+        raise ValueError(f"{len(over)} of {len(lengths)} {what} are longer than {setting} = "
+                         f"{max_len} tokens (the longest {max(over)}): their ends would be cut "
+                         f"away; raise {setting} to at least {max(over)}")

@@ -4,7 +4,7 @@ Implements ``advrag.common.types.TextGenerator`` with the semantics of the
 transformers back-end (``advrag.engines.local.generation.HFGenerator``), so the
 agents cannot tell the two apart:
 - prompts are tokenised by the policy's tokenizer exactly as ``HFGenerator``
-  does (no special tokens added, same truncation) and handed to vLLM as token
+  does (no special tokens added, a prompt over ``max_prompt_tokens`` refused) and handed to vLLM as token
   ids; completions are decoded from their token ids by the same tokenizer
   (special tokens skipped) and cut right after the first stop string with the
   same ``cut_at_stop``; generation ends at the tokenizer's EOS or after
@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from advrag.engines.local.generation import ChatPrompting, cut_at_stop
+from advrag.engines.local.generation import ChatPrompting, cut_at_stop, prompt_ids
 from advrag.engines.weights import checkpoint_weights
 
 INSTALL_HINT = (
@@ -181,7 +181,7 @@ class VLLMGenerator(ChatPrompting):
     """
 
     def __init__(self, model_dir: str | Path, tokenizer, *, temperature: float = 0.0,
-                 top_p: float = 1.0, batch_size: int = 32, max_prompt_tokens: int = 2048,
+                 top_p: float = 1.0, batch_size: int = 32, max_prompt_tokens: int = 8192,
                  dtype: str = "float32", kv_cache_gib: float = 2.0,
                  max_model_len: int | None = None, enforce_eager: bool = True, seed: int = 0,
                  adapter: str | None = None, block_size: int | None = None):
@@ -203,9 +203,9 @@ class VLLMGenerator(ChatPrompting):
                  stop: Sequence[str] = ()) -> list[str]:
         """Continue every prompt; outputs are aligned with ``prompts``."""
         if not prompts:
+            self.last_cut = []
             return []
-        ids = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_tokens,
-                             add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(self.tokenizer, prompts, self.max_prompt_tokens)
         outputs = self.llm.generate(
             [{"prompt_token_ids": prompt_ids} for prompt_ids in ids],
             self._sampling_params(max_new_tokens, stop), use_tqdm=False,
@@ -213,6 +213,7 @@ class VLLMGenerator(ChatPrompting):
         completions = [list(out.outputs[0].token_ids) for out in outputs]
         pad = self.tokenizer.pad_token_id
         self.last_completion_tokens = [sum(t != pad for t in tokens) for tokens in completions]
+        self.last_cut = [out.outputs[0].finish_reason == "length" for out in outputs]
         self.generated_tokens += sum(self.last_completion_tokens)
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
         return [cut_at_stop(text, stop) for text in texts]

@@ -14,6 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from advrag.agents.budgets import EpisodeShape
+from advrag.agents.prompts import (
+    FORCE_ANSWER_HINT,
+    NO_FEEDBACK_TEXT,
+    arr_reasoner_prompt,
+    arr_verifier_prompt,
+)
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
 from advrag.config import TrainConfig
@@ -55,6 +62,17 @@ class ArrRecipe(Recipe):
                                              max_turns=c.max_turns,
                                              limit=c.warmup.demonstrations)
         return demonstration_trajectories(dialogues)
+
+    def episode_shape(self, max_turns: int) -> EpisodeShape:
+        """Either agent's context of one dialogue (``agents.arr``), bounded by both agents'
+        messages: the reasoner's ``max_turns``, the verifier's one per search and its final
+        verification, ``max_turns − 1`` searches and the forced-answer and no-feedback texts."""
+        return EpisodeShape(2 * max_turns + 1, max_turns - 1,
+                            (FORCE_ANSWER_HINT, NO_FEEDBACK_TEXT))
+
+    def rollout_prompts(self, question: str) -> tuple[str, ...]:
+        """The reasoner's and the verifier's first messages."""
+        return arr_reasoner_prompt(question), arr_verifier_prompt(question)
 
     def build(self, start_model: str) -> None:
         """Both agents (adapters on one base, or two models), their trainers and generators."""

@@ -30,7 +30,7 @@ class GarConfig(RLRunConfig):
 
     RECIPE: ClassVar[str] = "gar"
     DEFAULTS: ClassVar[dict[str, Any]] = {
-        "optim": TrainConfig(lr=5e-5, micro_batch_size=4, max_seq_len=1024, kl_coef=0.0),
+        "optim": TrainConfig(lr=5e-5, micro_batch_size=4, max_seq_len=3072, kl_coef=0.0),
         "checkpoint_dir": Path(".cache/advrag/checkpoints/gar"), "experiment": "advrag-gar"}
     RUN_CONTROL: ClassVar[frozenset[str]] = RLRunConfig.RUN_CONTROL | {
         "registered_reasoner", "registered_discriminator"}

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from advrag.agents.budgets import EpisodeShape
+from advrag.agents.prompts import exploration_pool, probe_observation
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
 from advrag.core.rewards import answer_reward
@@ -41,6 +43,16 @@ class GrpoRecipe(Recipe):
                        chat_prompt) -> list[Trajectory]:
         """Grounded think → search → … → answer trajectories from the world's hop chains."""
         return search_demonstrations(self.config, records, retriever, chat_prompt)
+
+    def episode_shape(self, max_turns: int) -> EpisodeShape:
+        """The Search-R1 episode; with REX-RAG's probes, one generation more (a probe goes on
+        from its cut answer turn) and the longest exploration prompt it inserts."""
+        shape = super().episode_shape(max_turns)
+        if self.config.exploration is None:
+            return shape
+        longest = max(exploration_pool(self.config.exploration.pool_size), key=len)
+        return EpisodeShape(shape.generations + 1, shape.searches,
+                            (*shape.extra_env, probe_observation(longest)))
 
     def build(self, start_model: str) -> None:
         """The policy (LoRA or full), its trainer and the rollout generator.

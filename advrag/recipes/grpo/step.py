@@ -74,6 +74,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], scores: torch.Tensor,
         "turns": sum(t.n_turns for t in trajectories) / n,
         "format_errors": sum(t.format_errors for t in trajectories) / n,
         "answered_fraction": sum(t.answer is not None for t in trajectories) / n,
+        "cut_turns": sum(t.cut_turns for t in trajectories),
     }
 
 

@@ -34,7 +34,7 @@ from advrag.common.types import Retriever, TextGenerator
 from advrag.core.advantages import informative_group_fraction
 from advrag.core.metrics import f1_score
 from advrag.core.rex_rag import probe_ranking, probes_to_keep, updated_keep_ratio
-from advrag.datasets.records import QARecord
+from advrag.datasets.records import QARecord, question_kind
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.grpo.step import RewardFn, rollout_metrics, score
 from advrag.recipes.rex_rag.config import RexExploration
@@ -145,18 +145,6 @@ def keep_probes(trainer: LocalTrainer, trajectories: Sequence[Trajectory], polic
     whole = [row for row in range(len(probes)) if bool(prompt[row].any())]  # not cut by max_seq_len
     ranked = probe_ranking([old_logprobs[row][prompt[row]] for row in whole])
     return sorted(probes[whole[i]] for i in ranked[:wanted])
-
-
-HOP_NAMES = {2: "two-hop", 3: "three-hop"}
-
-
-def question_kind(record: QARecord) -> str:
-    """The world's question kinds: single, two-hop, three-hop (chained) or comparison; a
-    user's record keeps its ``metadata["type"]`` (``untyped`` without one)."""
-    kind, hops = record.metadata.get("type", "untyped"), record.metadata.get("hops")
-    if kind == "compositional" and hops in HOP_NAMES:
-        return HOP_NAMES[hops]
-    return str(kind)
 
 
 def by_question_type(trajectories: Sequence[Trajectory], records: Sequence[QARecord]

@@ -25,7 +25,7 @@ class UR2Config(GrpoConfig):
 
     RECIPE: ClassVar[str] = "ur2"
     DEFAULTS: ClassVar[dict[str, Any]] = {
-        "optim": TrainConfig(lr=1e-5, micro_batch_size=4, max_seq_len=1024,
+        "optim": TrainConfig(lr=1e-5, micro_batch_size=4, max_seq_len=3072,
                              advantage="reinforce_pp"),
         "checkpoint_dir": Path(".cache/advrag/checkpoints/ur2"), "experiment": "advrag-ur2"}
 

@@ -82,6 +82,10 @@ class UR2Recipe(GrpoRecipe):
         """Question → UR²'s search prompt, with the loop's turns as the query budget."""
         return partial(ur2_search_prompt, max_queries=self.config.max_turns)
 
+    def rollout_prompts(self, question: str) -> tuple[str, ...]:
+        """UR²'s search prompt (its direct-reasoning prompt holds no passages and is shorter)."""
+        return (self.search_prompt()(question),)
+
     def build(self, start_model: str) -> None:
         """The agent as in ``grpo``, plus the summariser (a frozen model) when ``summarise``."""
         from advrag.retrieval.summary import make_summariser
