@@ -43,7 +43,7 @@ from advrag.agents.arr import (
 from advrag.agents.prompts import FEEDBACK_CLOSE, INFO_OPEN
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
-from advrag.curation.demonstrations import hop_query, relation_words
+from advrag.curation.demonstrations import fact_phrase, hop_query
 from advrag.datasets.records import QARecord
 
 FINAL_PREDICTOR_MARK = "The rollout text of the reasoner and verifier is:"
@@ -64,7 +64,7 @@ def _sought(hop: dict) -> str:
     """What a hop asks for, as the messages name it."""
     if "query" in hop:
         return "the answer to the question"
-    return f"the {relation_words(hop['relation'])} of {hop['subject']}"
+    return fact_phrase(hop["relation"], hop["subject"])
 
 
 def _query(hop: dict) -> str:

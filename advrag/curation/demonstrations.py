@@ -5,15 +5,22 @@ scores the same and its advantages are zero (measured: all rewards −0.2).
 Search-R1 and DeepSeek-R1 start RL from a model that already speaks the
 protocol; we write such traces from the offline world's hop chains:
 
-    <think> I need the spouse of Leissti Naperkram. </think>
+    <think> Two facts: the spouse of Leissti Naperkram, then the profession of
+    that person. First, the spouse of Leissti Naperkram. </think>
     <search> Leissti Naperkram spouse </search>
     <information> ...real top-k passages... </information>
-    <think> The spouse of Leissti Naperkram is Kaheth Droube. I need the
+    <think> The spouse of Leissti Naperkram is Kaheth Droube. Next, the
     profession of Kaheth Droube. </think>
     <search> Kaheth Droube profession </search>
     <information> ... </information>
-    <think> The profession of Kaheth Droube is diplomat. </think>
+    <think> The spouse of Leissti Naperkram is Kaheth Droube. The profession of
+    Kaheth Droube is diplomat. So the answer is diplomat. </think>
     <answer> diplomat </answer>
+
+The first thought states the plan: how many facts, each in a grammatical phrase of its
+relation (``FACT_PHRASES``), a later hop's subject named by what the hop before finds
+("then the profession of that person"); each later thought states what was found and what
+comes next with the bridge's name filled in: the chaining a multi-hop question needs.
 
 A question without a hop chain (your own data: a question and its golden answers) gets a
 one-search trace instead: the question itself as the query, kept only when a golden answer
@@ -40,8 +47,60 @@ from advrag.datasets.records import QARecord
 
 
 def relation_words(relation: str) -> str:
-    """``born_in`` → ``born in``: how a relation reads in a query or a sentence."""
+    """``born_in`` → ``born in``: how a relation reads in a query."""
     return relation.replace("_", " ")
+
+
+FACT_PHRASES = {
+    "capital": "the capital of {s}",
+    "population": "the population of {s}",
+    "founding_year": "the year {s} was founded",
+    "located_in": "the country {s} lies in",
+    "birth_year": "the year {s} was born",
+    "born_in": "the city where {s} was born",
+    "profession": "the profession of {s}",
+    "height_cm": "the height of {s} in centimetres",
+    "spouse": "the spouse of {s}",
+    "founded_by": "the founder of {s}",
+    "headquartered_in": "the city where {s} has its headquarters",
+    "industry": "the industry {s} is active in",
+    "length_km": "the length of {s} in kilometres",
+    "flows_through": "the country {s} flows through",
+    "height_m": "the height of {s} in metres",
+    "stands_in": "the country {s} stands in",
+}
+"""The world's relations as noun phrases about a subject: how a thought names a fact."""
+BRIDGES = {"founded_by": "that person", "spouse": "that person", "born_in": "that city",
+           "headquartered_in": "that city", "capital": "that city", "located_in": "that country",
+           "flows_through": "that country", "stands_in": "that country"}
+"""How a plan names a hop's object before it is known (the next hop's subject)."""
+COUNTS = {1: "One fact", 2: "Two facts", 3: "Three facts"}
+
+
+def fact_phrase(relation: str, subject: str) -> str:
+    """The noun phrase of a fact: ``founded_by``, ``X`` → ``the founder of X`` (a relation
+    the world does not have: ``the <relation words> of X``)."""
+    template = FACT_PHRASES.get(relation, "the " + relation_words(relation) + " of {s}")
+    return template.format(s=subject)
+
+
+def found_sentence(hop: dict) -> str:
+    """``The founder of X is Y.``: what a hop's passage established."""
+    phrase = fact_phrase(hop["relation"], hop["subject"])
+    return f"{phrase[0].upper()}{phrase[1:]} is {hop['object']}."
+
+
+def plan_sentence(chain: Sequence[dict], comparison: bool) -> str:
+    """The facts a question needs, stated before the first search: a chain's later hops name
+    their subject by what the hop before finds (``then the year that person was born``)."""
+    count = COUNTS.get(len(chain), f"{len(chain)} facts")
+    if comparison:
+        return f"{count} to compare: " + " and ".join(
+            fact_phrase(h["relation"], h["subject"]) for h in chain) + "."
+    phrases = [fact_phrase(chain[0]["relation"], chain[0]["subject"])]
+    phrases += [fact_phrase(hop["relation"], BRIDGES.get(before["relation"], before["object"]))
+                for before, hop in zip(chain, chain[1:])]
+    return f"{count}: " + ", then ".join(phrases) + "."
 
 
 def hop_query(hop: dict) -> str:
@@ -49,21 +108,22 @@ def hop_query(hop: dict) -> str:
     return f"{hop['subject']} {relation_words(hop['relation'])}"
 
 
-def _need(hop: dict) -> str:
-    return f"I need the {relation_words(hop['relation'])} of {hop['subject']}."
+def _search_thought(chain: Sequence[dict], done: int, comparison: bool) -> str:
+    """The thought before hop ``done``'s search: the plan first, then what was found and what
+    comes next."""
+    hop = chain[done]
+    if done == 0:
+        plan = plan_sentence(chain, comparison)
+        return plan if len(chain) == 1 else f"{plan} First, {fact_phrase(hop['relation'], hop['subject'])}."
+    return f"{found_sentence(chain[done - 1])} Next, {fact_phrase(hop['relation'], hop['subject'])}."
 
 
-def _found(hop: dict) -> str:
-    return f"The {relation_words(hop['relation'])} of {hop['subject']} is {hop['object']}."
-
-
-def _search_turn(last_fact: str, hop: dict) -> str:
-    thought = f"{last_fact} {_need(hop)}".strip()
+def _search_turn(thought: str, hop: dict) -> str:
     return f"<think> {thought} </think>\n<search> {hop_query(hop)} </search>"
 
 
-def _answer_turn(facts: str, answer: str) -> str:
-    return f"<think> {facts} </think>\n<answer> {answer} </answer>"
+def _answer_turn(thought: str, answer: str) -> str:
+    return f"<think> {thought} </think>\n<answer> {answer} </answer>"
 
 
 def _grounded(hop: dict, passages: Sequence[Passage]) -> bool:
@@ -88,17 +148,20 @@ def demonstration(
         return None
     traj = Trajectory()
     traj.add(prompt, "prompt")
-    facts: list[str] = []
-    for hop, passages in zip(chain, passages_per_hop, strict=True):
-        traj.add(_search_turn(facts[-1] if facts else "", hop), "policy")
+    comparison = record.metadata.get("type") == "comparison"
+    for done, (hop, passages) in enumerate(zip(chain, passages_per_hop, strict=True)):
+        traj.add(_search_turn(_search_thought(chain, done, comparison), hop), "policy")
         traj.add(information_block(format_docs(passages)), "env")
         traj.n_searches += 1
         traj.n_turns += 1
+        traj.queries.append(hop_query(hop))
         traj.retrieved_ids.extend(p.id for p in passages)
-        facts.append(_found(hop))
+        traj.search_ids.append(tuple(p.id for p in passages))
     if len(chain) == max_turns:
         traj.add(FORCE_ANSWER_HINT, "env")
-    traj.add(_answer_turn(" ".join(facts), record.golden_answers[0]), "policy")
+    answer = record.golden_answers[0]
+    facts = " ".join(found_sentence(hop) for hop in chain)
+    traj.add(_answer_turn(f"{facts} So the answer is {answer}.", answer), "policy")
     traj.n_turns += 1
     traj.answer = record.golden_answers[0]
     return traj
@@ -117,7 +180,9 @@ def question_demonstration(record: QARecord, prompt: str, passages: Sequence[Pas
              f"<search> {record.question} </search>", "policy")
     traj.add(information_block(format_docs(passages)), "env")
     traj.n_searches, traj.n_turns = 1, 1
+    traj.queries.append(record.question)
     traj.retrieved_ids.extend(p.id for p in passages)
+    traj.search_ids.append(tuple(p.id for p in passages))
     if max_turns == 1:
         traj.add(FORCE_ANSWER_HINT, "env")
     traj.add(_answer_turn(f"The passages say the answer is {found[0]}.", found[0]), "policy")

@@ -45,7 +45,7 @@ from functools import cached_property
 from random import Random
 
 from advrag.agents.types import Trajectory
-from advrag.curation.demonstrations import relation_words
+from advrag.curation.demonstrations import fact_phrase, relation_words
 from advrag.curation.slicing import reasoning_text, slice_reasoning
 from advrag.datasets.records import QARecord
 from advrag.datasets.world import World
@@ -182,13 +182,18 @@ def _evidence(record: QARecord, passages: Sequence[str], lexicon: WorldLexicon) 
     )
 
 
-def _explained(ev: _Evidence, hop: _Hop, term: str, named: set[str]) -> bool:
-    """Whether ``term`` next to ``hop.subject`` is accounted for by the gold facts or passages."""
+def _explained(ev: _Evidence, hop: _Hop, term: str, named: set[str], claimed: bool) -> bool:
+    """Whether ``term`` next to ``hop.subject`` is accounted for by the gold facts or passages.
+
+    A sentence that states the hop's own fact (``claimed``: "the population of X is …") is
+    held to the hop's object: another value that the passages pair with X (the year X was
+    founded) does not account for it there."""
     if term in (hop.subject, hop.obj):
         return True
     if any(term in (h.subject, h.obj) and {h.subject, h.obj} <= named for h in ev.hops):
         return True
-    return any({hop.subject, term} <= sentence for sentence in ev.passage_sentences)
+    return not claimed and any({hop.subject, term} <= sentence
+                               for sentence in ev.passage_sentences)
 
 
 def _contradiction(ev: _Evidence, sentence: str) -> str | None:
@@ -197,10 +202,12 @@ def _contradiction(ev: _Evidence, sentence: str) -> str | None:
     for hop in ev.hops:
         if hop.kind is None or hop.subject not in named:
             continue
+        claimed = fact_phrase(hop.relation, hop.subject).lower() in sentence.lower()
         for term in named:
-            if ev.lexicon.kind(term) == hop.kind and not _explained(ev, hop, term, set(named)):
-                return (f"It gives {term} for {hop.subject}, but the "
-                        f"{relation_words(hop.relation)} of {hop.subject} is {hop.obj}.")
+            if ev.lexicon.kind(term) == hop.kind and not _explained(ev, hop, term, set(named),
+                                                                    claimed):
+                return (f"It gives {term} for {hop.subject}, but "
+                        f"{fact_phrase(hop.relation, hop.subject)} is {hop.obj}.")
     return None
 
 

@@ -35,11 +35,12 @@ def test_two_hop_demonstration_reads_its_evidence_and_answers():
                                   max_turns=2)
     assert retriever.calls == [["Ada Vell spouse", "Bo Rask profession"]]  # one batched search
     assert policy_texts(demo) == [
-        "<think> I need the spouse of Ada Vell. </think>\n<search> Ada Vell spouse </search>",
-        "<think> The spouse of Ada Vell is Bo Rask. I need the profession of Bo Rask. </think>\n"
+        "<think> Two facts: the spouse of Ada Vell, then the profession of that person. First, "
+        "the spouse of Ada Vell. </think>\n<search> Ada Vell spouse </search>",
+        "<think> The spouse of Ada Vell is Bo Rask. Next, the profession of Bo Rask. </think>\n"
         "<search> Bo Rask profession </search>",
         "<think> The spouse of Ada Vell is Bo Rask. The profession of Bo Rask is diplomat. "
-        "</think>\n<answer> diplomat </answer>",
+        "So the answer is diplomat. </think>\n<answer> diplomat </answer>",
     ]
     assert [s.source for s in demo.segments] == ["prompt", "policy", "env", "policy", "env",
                                                  "env", "policy"]  # + the forced-answer hint

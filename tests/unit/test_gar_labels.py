@@ -105,7 +105,7 @@ def test_comparison_values_must_stay_with_their_subjects():
     swapped = judge("Ada Vell was born in 1901.", COMPARISON, passages)
     assert not swapped.sound
     assert swapped.rationale == (
-        "It gives 1901 for Ada Vell, but the birth year of Ada Vell is 1950.")
+        "It gives 1901 for Ada Vell, but the year Ada Vell was born is 1950.")
     assert not judge("So the answer is Ada Vell.", COMPARISON, passages).sound
     assert judge("So the answer is Bo Rask, not Ada Vell.", COMPARISON, passages).sound
 
@@ -114,6 +114,16 @@ def test_numbers_match_with_or_without_thousands_separators():
     assert judge("The population of Tarn is 12000.", POPULATION, []).sound
     wrong = judge("The population of Tarn is 13,000.", POPULATION, [])
     assert wrong.rationale == "It gives 13000 for Tarn, but the population of Tarn is 12000."
+
+
+def test_a_stated_fact_is_held_to_its_own_value_not_to_another_of_its_subject():
+    """Tarn's passage pairs it with 1299 (its founding year): that explains 1299 beside Tarn,
+    but not as Tarn's population, which a sentence naming that fact claims."""
+    passages = ["Tarn has a population of 12,000 people. Tarn was founded in 1299."]
+    assert judge("Tarn, founded in 1299, is a town.", POPULATION, passages).sound
+    wrong = judge("The population of Tarn is 1299.", POPULATION, passages)
+    assert not wrong.sound
+    assert wrong.rationale == "It gives 1299 for Tarn, but the population of Tarn is 12000."
 
 
 def test_analysis_lists_the_checked_terms():
