@@ -229,7 +229,9 @@ def embed(
     if device == "cpu":
         pin_cpu_kernels()
     embedder = Embedder(model, batch_size=batch_size, device=device)
-    n, dim = embed_corpus_file(chunks, out, embedder=embedder, block_size=shard_size)
+    workers = (os.cpu_count() or 1) if device == "cpu" else 1  # pinned: one thread a piece
+    n, dim = embed_corpus_file(chunks, out, embedder=embedder, block_size=shard_size,
+                               workers=workers)
     typer.echo(f"{n}×{dim} embeddings → {out}")
 
 

@@ -571,6 +571,23 @@ def gar_rewards_table(report: dict) -> Table:
     return ["run", "updates", *(f"{n}: first → last (mean)" for n in names)], rows
 
 
+def budgets_table(report: dict) -> Table:
+    """Each config's token budgets against its episode's bound, term by term."""
+    header = ["config", "budget", "tokens", "= prompt", "+ generations × max_new_tokens",
+              "+ searches × information", "+ hints", "bound", "headroom"]
+    return header, [[r["config"], r["setting"], str(r["budget"]), str(r["prompt"]),
+                     f"{r['generations']} × {r['max_new_tokens']}",
+                     f"{r['searches']} × {r['information']}", str(r["hints"]), str(r["bound"]),
+                     str(r["budget"] - r["bound"])] for r in report["configs"]]
+
+
+def budgets_demonstrations_table(report: dict) -> Table:
+    """Demonstration lengths in tokens by passage length and searches."""
+    header = ["passage words", "searches", "demonstrations", "median tokens", "longest"]
+    return header, [[str(r["passage_words"]), str(r["searches"]), str(r["demonstrations"]),
+                     f"{r['median']:.0f}", str(r["max"])] for r in report["demonstrations"]]
+
+
 TABLES: dict[str, Callable[[dict], Table]] = {
     "update": update_table, "trl": trl_table, "cost_growth": cost_growth_table,
     "train": train_table, "attention": attention_table,
@@ -590,6 +607,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
+    "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
 }
 """Kind (``:view``) → its table."""
 

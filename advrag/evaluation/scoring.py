@@ -75,6 +75,7 @@ def kind_metrics(rows: Sequence[dict], seed: int = 0) -> dict[str, float]:
     kinds: dict[str, list[dict]] = {}
     for row in rows:
         kinds.setdefault(row.get("kind", "untyped"), []).append(row)
-    wanted = ("n", "em", "f1", "n_searches", "cut_turns", "hop_recall", "chaining_rate")
+    wanted = ("n", "em", "f1", "format_errors", "n_searches", "cut_turns", "hop_recall",
+              "chaining_rate")
     return {f"kind/{kind}/{key}": value for kind, group in kinds.items()
             for key, value in summarize(group, seed).items() if key in wanted}

@@ -36,6 +36,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
 
@@ -183,12 +184,32 @@ def _blocks(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield block
 
 
+PIECE = 256
+"""Passages one worker embeds at a time: a shard is cut into pieces of this size whatever the
+number of workers, so the bytes written depend on the data alone."""
+
+
+def encode_in_pieces(embedder: Embedder, texts: Sequence[str], workers: int) -> np.ndarray:
+    """``embedder.encode_passages`` over consecutive pieces of ``PIECE`` passages, ``workers``
+    of them at a time in threads (torch's kernels release the GIL), stacked in order.
+
+    With the pinned kernels each piece runs on one thread, so ``workers`` threads use that
+    many cores and the result is the same for any ``workers``: a piece is always encoded
+    alone, in the same batches."""
+    pieces = [texts[i:i + PIECE] for i in range(0, len(texts), PIECE)]
+    if workers <= 1 or len(pieces) == 1:
+        return np.concatenate([embedder.encode_passages(piece) for piece in pieces])
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return np.concatenate(list(pool.map(embedder.encode_passages, pieces)))
+
+
 def embed_corpus_file(
     chunks_path: str | os.PathLike,
     out_path: str | os.PathLike,
     embedder: Embedder | None = None,
     block_size: int = 8192,
     progress: bool = True,
+    workers: int = 1,
 ) -> tuple[int, int]:
     """Embed every passage of a FlashRAG JSONL file into an ``(n, dim)`` float32 .npy, in
     shards of ``block_size`` passages; an interrupted run resumes after its last whole shard.
@@ -198,8 +219,9 @@ def embed_corpus_file(
     file, so memory holds one shard (``block_size`` texts and their vectors: 8,192 × 384
     float32 = 12.6 MB for MiniLM), never the corpus. The work file ``<out>.partial`` and its
     record ``<out>.partial.json`` (the shards done, for this chunks file, model and shard size)
-    are flushed after every shard; the finished file replaces ``out_path`` whole. Returns
-    ``(n, dim)``.
+    are flushed after every shard; the finished file replaces ``out_path`` whole. ``workers``
+    threads embed each shard's pieces (``encode_in_pieces``: the same bytes for any number).
+    Returns ``(n, dim)``.
     """
     embedder = embedder or Embedder(progress=False)
     n = sum(1 for _ in iter_corpus(chunks_path))
@@ -215,7 +237,7 @@ def embed_corpus_file(
     texts = islice((row["contents"] for row in iter_corpus(chunks_path)), done, None)
     with tqdm(total=n, initial=done, desc="embed", unit="passage", disable=not progress) as bar:
         for block in _blocks(texts, block_size):
-            array[done : done + len(block)] = embedder.encode_passages(block)
+            array[done : done + len(block)] = encode_in_pieces(embedder, block, workers)
             array.flush()
             done += len(block)
             _write_record(record, job | {"rows_done": done})

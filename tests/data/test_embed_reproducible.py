@@ -102,3 +102,27 @@ def test_the_committed_lock_was_made_from_the_sources_in_the_tree():
                if dep["path"].startswith("advrag/")}
     assert sources, "dvc.lock names no source file"
     assert {path: md5(ROOT / path) for path in sources} == sources
+
+
+PINNED_EMBED = ("from advrag.retrieval.embedding import pin_cpu_kernels; pin_cpu_kernels(); "
+                "from advrag.retrieval.embedding import Embedder, embed_corpus_file; import sys; "
+                "embed_corpus_file(sys.argv[1], sys.argv[2], Embedder(device='cpu', "
+                "progress=False), progress=False, workers=int(sys.argv[3]))")
+
+
+@pytest.mark.slow
+def test_the_pinned_stage_writes_the_same_bytes_with_any_number_of_workers(tmp_path):
+    """The DVC stage embeds its pieces in as many threads as the CPU has cores: three pieces
+    (600 passages, pieces of 256) in one thread or in two give the same file."""
+    path = tmp_path / "chunks.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "contents": f"Town {i}\nTown {i} lies "
+                                        f"{i % 97} km from the sea, founded in {1000 + i}."})
+                            + "\n" for i in range(600)))
+    env = {k: v for k, v in os.environ.items() if k not in REPRODUCIBLE_CPU_KERNELS}
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"{workers}.npy"
+        subprocess.run([sys.executable, "-c", PINNED_EMBED, str(path), str(out), str(workers)],
+                       env=env, check=True, capture_output=True, cwd=ROOT)
+        outs.append(md5(out))
+    assert outs[0] == outs[1]

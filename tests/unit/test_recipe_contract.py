@@ -36,10 +36,11 @@ def test_no_recipe_config_declares_a_shared_field_again():
 
 
 def test_recipe_defaults_fill_only_what_the_file_leaves_out(tmp_path):
-    """ARR's defaults (three turns, micro-batches of 2) apply to absent keys; a file's own value
-    wins; a section the file gives replaces the default section whole, as a field default would."""
-    assert (ArrConfig().max_turns, ArrConfig().optim.micro_batch_size) == (3, 2)
-    assert (GrpoConfig().max_turns, GrpoConfig().optim.micro_batch_size) == (2, 4)
+    """ARR's defaults (micro-batches of 2, 32 demonstrations) apply to absent keys; a file's own
+    value wins; a section the file gives replaces the default section whole, as a field default
+    would."""
+    assert (ArrConfig().optim.micro_batch_size, ArrConfig().warmup.demonstrations) == (2, 32)
+    assert (GrpoConfig().optim.micro_batch_size, GrpoConfig().warmup.demonstrations) == (4, 64)
     assert UR2Config().optim.advantage == "reinforce_pp" and GarConfig().optim.kl_coef == 0.0
     own = tmp_path / "own.yaml"
     own.write_text("recipe: arr\nmax_turns: 5\noptim: {lr: 1.0e-4}\n")

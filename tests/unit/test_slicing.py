@@ -191,11 +191,13 @@ def test_demonstration_reasoning_slices_group_whole_turns(demos):
         text = reasoning_text(demo)
         assert text == "\n\n".join(thoughts)
         assert "Doc 1(" not in text and "<information>" not in text
-        # without a minimum: one slice per turn (each is short, a blank line separates turns)
-        assert slice_reasoning(text, words, min_tokens=0) == thoughts
-        # with the default range: whole turns grouped, none under the minimum but a lone slice
+        # without a minimum: each slice one step of one turn (the plan, "First, …", "Next, …",
+        # "So …" open steps: discourse cues), none across the blank line that ends a turn
+        steps = slice_reasoning(text, words, min_tokens=0)
+        assert all("\n\n" not in step for step in steps) and len(steps) > len(thoughts)
+        assert_covers(text, steps)
+        # with the default range: steps merged, none under the minimum but a lone slice
         slices = slice_reasoning(text, words)
-        assert [turn for s in slices for turn in s.split("\n\n")] == thoughts
         assert len(slices) == 1 or all(words(s) >= MIN_SLICE_TOKENS for s in slices)
         assert_covers(text, slices)
 

@@ -85,7 +85,7 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
         "actor_rollout_ref.rollout.calculate_log_probs": False,
         "trainer.v1.trainer_mode": "sync",
         "data.train_batch_size": 2,
-        "data.max_response_length": 1024 - 512,
+        "data.max_response_length": 3072 - 512,
         "data.train_files": str(tmp_path / "train.parquet"),
         "reward.custom_reward_function.path": "pkg://advrag.engines.verl.rewards",
         "reward.custom_reward_function.name": "search_r1_score",
@@ -102,7 +102,7 @@ def test_the_composed_config_carries_our_values(tmp_path, grpo):
     loops = OmegaConf.load(composed.actor_rollout_ref.rollout.agent.agent_loop_config_path)
     assert OmegaConf.to_container(loops) == [{
         "name": "advrag_search_r1", "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop",
-        "retriever_url": "http://10.0.0.5:8000", "max_turns": 2, "topk": grpo.topk}, {
+        "retriever_url": "http://10.0.0.5:8000", "max_turns": grpo.max_turns, "topk": grpo.topk}, {
         "name": "advrag_direct",
         "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
     assert launch.command(hydra_overrides)[1:3] == ["-m", "verl.trainer.main_ppo"]

@@ -30,7 +30,6 @@ class ArrConfig(RLRunConfig):
         "optim": TrainConfig(lr=5e-5, micro_batch_size=2, max_seq_len=3072, kl_coef=0.001),
         "warmup": WarmupSection(demonstrations=32, sft=SFTConfig(
             lr=2e-4, batch_size=8, micro_batch_size=2, max_seq_len=3072)),
-        "max_turns": 4,
         "evaluate": BenchmarkConfig(methods=["arr", "search_r1"], limit=32),
         "checkpoint_dir": Path(".cache/advrag/checkpoints/arr"), "experiment": "advrag-arr"}
     RUN_CONTROL: ClassVar[frozenset[str]] = RLRunConfig.RUN_CONTROL | {
