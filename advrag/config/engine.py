@@ -34,7 +34,8 @@ class TrainConfig(Strict):
     )
     grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
-    max_seq_len: int = Field(2048, ge=2, description="Tokens kept per trajectory (tail cut).")
+    max_seq_len: int = Field(3072, ge=2, description="Tokens one trajectory may hold; a config "
+                             "whose episodes could exceed it is refused (agents.budgets).")
     ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per batch of rollouts.")
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below: 1 − clip_low.")
     clip_high: float = Field(
@@ -97,7 +98,8 @@ class SFTConfig(Strict):
     epochs: int = Field(1, ge=1, description="Passes over the demonstrations.")
     batch_size: int = Field(8, ge=1, description="Demonstrations per optimizer step.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass.")
-    max_seq_len: int = Field(1024, ge=2, description="Tokens kept per demonstration.")
+    max_seq_len: int = Field(3072, ge=2, description="Tokens one demonstration may hold; a "
+                             "longer one is refused before training, never cut.")
     grad_clip: float = Field(1.0, gt=0, description="Max global gradient L2 norm.")
     seed: int = Field(0, ge=0, lt=2**32,
                       description="Order of the demonstrations; in a recipe's warm-up also "

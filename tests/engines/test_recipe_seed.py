@@ -45,7 +45,7 @@ def warmed_up(model_dir, out_dir, disturb: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(disturb)
     config = GrpoConfig(model=str(model_dir), lora={"r": 4, "alpha": 8}, cpu_bf16=False,
                              rollout_backend="hf", evaluate=None, checkpoint_dir=str(out_dir),
-                             topk=2, warmup={"demonstrations": 4,
+                             topk=2, max_turns=2, warmup={"demonstrations": 4,
                                              "sft": {"epochs": 1, "batch_size": 4}},
                              group_size=2, optim={"max_seq_len": 256})
     model_dir, _ = GrpoRecipe(config).warm_up(retriever, world.splits["train"])
