@@ -29,8 +29,10 @@ def check_budgets(recipe: Recipe, passages, records: list[QARecord]) -> None:
     from advrag.models.loading import load_tokenizer
 
     spec = recipe.config.model
-    tokenizer = load_tokenizer(str(tracking.download_model(spec)) if spec.startswith("models:/")
-                               else spec)
+    if spec.startswith("models:/"):
+        tracking.configure()
+        spec = str(tracking.download_model(spec))
+    tokenizer = load_tokenizer(spec)
     recipe.check_token_budgets(lambda text: len(tokenizer(text, add_special_tokens=False)
                                                 ["input_ids"]),
                                ChatPrompting(tokenizer).chat_prompt, records, passages)

@@ -307,3 +307,21 @@ def test_search_agent_reuses_its_turns_and_writes_the_same_episodes(policy):
     grown = sum(length("".join(s.text for s in t.segments[:-1])) - length(t.segments[0].text)
                 + 2 * join_slack for t in reused)
     assert later_reused <= grown < later_fresh
+
+
+def test_the_generator_reports_which_completions_the_budget_cut(policy):
+    """A completion that used all ``max_new_tokens`` without a stop string or EOS was cut;
+    one that stopped was not; a prompt over the generator's cap is refused, not cut."""
+    gen = HFGenerator(policy.model, policy.tokenizer, batch_size=4)
+    prompts = [INSTRUCTIONS + q for q in QUESTIONS]
+    free = gen.generate(prompts, max_new_tokens=6)
+    assert gen.last_cut == [n == 6 for n in gen.last_completion_tokens]
+    assert any(gen.last_cut), "the tiny model ended every completion within 6 tokens"
+    first_word = next(text.split()[0] for text, cut in zip(free, gen.last_cut) if cut)
+    gen.generate(prompts, max_new_tokens=6, stop=[first_word])
+    stopped = [first_word in text for text in free]
+    assert all(not cut for cut, hit in zip(gen.last_cut, stopped, strict=True) if hit)
+    capped = HFGenerator(policy.model, policy.tokenizer, max_prompt_tokens=8)
+    with pytest.raises(ValueError, match=r"a prompt of \d+ tokens is longer than the "
+                                         r"generator's max_prompt_tokens \(8\)"):
+        capped.generate(prompts, max_new_tokens=2)

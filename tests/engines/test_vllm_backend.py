@@ -116,6 +116,7 @@ def test_greedy_matches_transformers(engine, policy):
     start = engine.generated_tokens
     assert engine.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == expected
     assert engine.generated_tokens - start == hf.generated_tokens > 0
+    assert engine.last_cut == hf.last_cut  # the same completions reached the budget
     assert engine.chat_prompt("Who?", system="Be brief.") == hf.chat_prompt("Who?", "Be brief.")
     assert engine.generate([], max_new_tokens=4) == []
     assert torch.set_num_threads is SET_NUM_THREADS  # vLLM's no-op replacement is undone

@@ -26,7 +26,7 @@ def config(tmp_path, world, index, policy, steps, evaluate=None, **changes) -> A
     settings = dict(
         model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, steps=steps,
         questions_per_step=2, group_size=2, max_turns=2, max_new_tokens=8, checkpoint_every=1,
-        optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048, "kl_coef": 0.01},
+        optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 3072, "kl_coef": 0.01},
         checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
         experiment="arr-test", registered_reasoner="tiny-arr-reasoner",
         registered_verifier="tiny-arr-verifier", evaluate=evaluate, warmup=None,

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def config(tmp_path, world, index, policy) -> DiscriminatorSFTConfig:
     return DiscriminatorSFTConfig(
         model=str(policy), lora={"r": 4, "alpha": 8}, cpu_bf16=False, patience=1,
-        sft={"lr": 1e-2, "epochs": 3, "batch_size": 8, "micro_batch_size": 8, "max_seq_len": 512},
+        sft={"lr": 1e-2, "epochs": 3, "batch_size": 8, "micro_batch_size": 8, "max_seq_len": 2048},
         max_new_tokens=12, questions=12, heldout_fraction=0.25, world_dir=world, index_dir=index,
         out_dir=tmp_path / "slices", checkpoint_dir=tmp_path / "ckpt", experiment="disc-test",
         registered_model="tiny-discriminator")

@@ -17,7 +17,7 @@ def config(tmp_path, world, index, policy, **changes) -> GarConfig:
         max_judge_tokens=12, max_slice_tokens=16, checkpoint_every=1, lora={"r": 4, "alpha": 8},
         checkpoint_dir=tmp_path / "ckpt", world_dir=world, index_dir=index,
         experiment="gar-test", registered_reasoner="tiny-gar-r", registered_discriminator="tiny-gar-d",
-        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512},
+        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048},
         warmup=None, evaluate=None, cpu_bf16=False)
     return GarConfig(**(settings | changes))
 

@@ -54,14 +54,14 @@ def tiny_pipeline(project: Path, policy: Path) -> PipelineConfig:
     recipe = write(project / "gar.yaml", common | {
         "recipe": "gar", "steps": 1, "questions_per_step": 2, "max_turns": 1, "max_new_tokens": 8,
         "max_judge_tokens": 12, "max_slice_tokens": 16, "checkpoint_dir": str(project / "ckpt"),
-        "group_size": 2, "optim": {"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512},
+        "group_size": 2, "optim": {"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048},
         "warmup": {"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2, "epochs": 1}},
         "registered_reasoner": "tiny-reasoner", "registered_discriminator": "tiny-judge",
         "benchmark_base": False, "evaluate": {"methods": ["search_r1"], "dtype": "float32", "limit": 4, "batch_size": 4,
                      "max_turns": 1, "max_new_tokens": 8}})
     judge = write(project / "discriminator.yaml", common | {
         "sft": {"lr": 1e-2, "epochs": 1, "batch_size": 8, "micro_batch_size": 8,
-                "max_seq_len": 512},
+                "max_seq_len": 2048},
         "max_new_tokens": 12, "questions": 8, "out_dir": str(project / "slices"),
         "checkpoint_dir": str(project / "judge"), "registered_model": "tiny-discriminator"})
     return PipelineConfig(

@@ -27,7 +27,7 @@ def grpo_pipeline(root, policy, **verl) -> PipelineConfig:
         "recipe": "grpo", "model": str(policy), "lora": None, "steps": 1,
         "questions_per_step": 2, "max_turns": 1, "max_new_tokens": 8, "group_size": 2,
         "checkpoint_dir": str(root / "ckpt"), "registered_model": "tiny-verl-reasoner",
-        "optim": {"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512},
+        "optim": {"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048},
         "warmup": {"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2, "epochs": 1}},
         "benchmark_base": False, "evaluate": {"methods": ["search_r1"], "dtype": "float32",
                                               "limit": 4, "batch_size": 4, "max_turns": 1,

@@ -25,7 +25,7 @@ def config(tmp_path, world, index, policy, steps, evaluate=None) -> GrpoConfig:
         model=str(policy), lora=None, steps=steps, questions_per_step=2, max_turns=1,
         max_new_tokens=8, checkpoint_every=1, checkpoint_dir=tmp_path / "ckpt",
         world_dir=world, index_dir=index, experiment="train-test", registered_model="tiny-rl",
-        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512,
+        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048,
                "kl_coef": 0.01},
         warmup={"demonstrations": 4, "sft": {"lr": 1e-3, "batch_size": 2}},
         evaluate=evaluate,

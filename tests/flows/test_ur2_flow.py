@@ -20,7 +20,7 @@ def config(tmp_path, world, index, policy) -> UR2Config:
         model=str(policy), lora=None, steps=2, stage1_steps=1, questions_per_step=2,
         max_turns=1, max_new_tokens=8, checkpoint_every=1, checkpoint_dir=tmp_path / "ckpt",
         world_dir=world, index_dir=index, experiment="ur2-test", registered_model="tiny-ur2",
-        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 512,
+        group_size=2, optim={"lr": 1e-2, "micro_batch_size": 2, "max_seq_len": 2048,
                "kl_coef": 0.0, "advantage": "reinforce_pp"},
         curate={"k": 2, "questions": 4, "batch_questions": 2, "out_dir": tmp_path / "curated",
                 "cache_dir": tmp_path / "cache"},

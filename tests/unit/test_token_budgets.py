@@ -184,3 +184,17 @@ def test_a_generator_that_reports_no_cuts_counts_none():
     trajs = run_search_agent(["a"], Scripted(), Index([Passage("1", "t\nyy")]), max_turns=1,
                              topk=1, max_new_tokens=30, prompt=lambda q: q)
     assert trajs[0].cut_turns == 0
+
+
+def test_the_tiny_config_holds_its_episodes_on_the_nightly_test_world(tiny_policy_dir):
+    """configs/gar-tiny.yaml (the tests' nightly) with a tiny model's tokenizer, trained on
+    world text as the nightly tests' model is, on configs/nightly-tiny.yaml's world."""
+    from advrag.engines.local.generation import ChatPrompting
+    from advrag.models.loading import load_tokenizer
+
+    tok = load_tokenizer(str(tiny_policy_dir))
+    world = load_config(ROOT / "configs/nightly-tiny.yaml", PipelineConfig).data.world
+    passages, questions = world_data(world.world_config())
+    recipe_for(ROOT / "configs/gar-tiny.yaml").check_token_budgets(
+        lambda text: len(tok(text, add_special_tokens=False)["input_ids"]),
+        ChatPrompting(tok).chat_prompt, questions, passages)
