@@ -571,6 +571,25 @@ def gar_rewards_table(report: dict) -> Table:
     return ["run", "updates", *(f"{n}: first → last (mean)" for n in names)], rows
 
 
+def scoreboard_table(report: dict) -> Table:
+    """Each record's arms per question kind: F1, and its paired differences with intervals."""
+    def versus(d: dict | None) -> str:
+        return "—" if d is None else interval(d["diff"], d["ci"], signed=True)
+
+    header = ["record", "arm", "seeds", "kind", "rows", "F1", "− start [95% CI]",
+              "− GRPO [95% CI]"]
+    return header, [[r["record"], r["arm"], ", ".join(r["seeds"]) or "—", r["kind"], str(r["n"]),
+                     f"{r['f1']:.3f}", versus(r["vs_start"]), versus(r["vs_grpo"])]
+                    for r in report["rows"]]
+
+
+def scoreboard_records_table(report: dict) -> Table:
+    """What each record of the scoreboard is: its page, world, budget and command."""
+    header = ["record", "page", "world", "budget per run", "reproduce"]
+    return header, [[r["record"], f"[{r['page']}]({r['page']})", r["world"], r["budget"],
+                     f"`{r['command']}`"] for r in report["records"]]
+
+
 def budgets_table(report: dict) -> Table:
     """Each config's token budgets against its episode's bound, term by term."""
     header = ["config", "budget", "tokens", "= prompt", "+ generations × max_new_tokens",
@@ -608,6 +627,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
+    "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""
 

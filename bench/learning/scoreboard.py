@@ -1,0 +1,110 @@
+"""One learning scoreboard: every learning record's held-out F1 per question kind, against its
+start policy and against GRPO, from the per-question rows the records wrote.
+
+    python bench/learning/scoreboard.py
+
+A record's rows (``bench/results/<record>_rows.jsonl``: one line per policy and question, with
+its F1 and, where the record kept it, the question's kind) are grouped by arm: a policy name
+``<arm>-seed<k>`` is seed k of an arm, seeds pooled. Each arm's F1 per kind is set against the
+record's start policy on the same questions (each seed's row paired with the start's) and,
+where the record trained GRPO, against GRPO's same seed: paired bootstrap 95 % intervals
+(``core.metrics.paired_bootstrap_diff_ci``, 2,000 resamples). ``RECORDS`` states what each
+record is: its page, world, budget and seeds, as the record's page gives them. Writes
+``bench/results/scoreboard.json``; docs/scoreboard.md shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from advrag.core.metrics import paired_bootstrap_diff_ci
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from reporting import write_report
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+KINDS = ("single", "two-hop", "three-hop", "comparison")
+RECORDS = (
+    {"record": "rex-rag", "page": "rex-rag-experiments.md", "start": "start", "grpo": "grpo",
+     "world": "seed 13, 60-word passages, 4 turns",
+     "budget": "24 updates × 8 rollouts (2 questions × 4)",
+     "command": "python bench/learning/bench_rex_rag.py --seeds 0 1 2"},
+    {"record": "gar-pipeline", "page": "gar-experiments.md", "start": "warmup", "grpo": None,
+     "world": "seed 13, 100-word passages, 2 turns",
+     "budget": "16 updates × 8 rollouts (2 questions × 4)",
+     "command": "python bench/learning/bench_gar_pipeline.py --seeds 0 1"},
+)
+"""The learning records with per-question rows that name each question's kind."""
+SEED = re.compile(r"^(?P<arm>.+?)(?:-seed(?P<seed>\d+))?$")
+
+
+def arm_and_seed(policy: str) -> tuple[str, str]:
+    """``rex-seed1`` → (``rex``, ``1``); a policy without a seed is its own arm, seed ``''``."""
+    match = SEED.match(policy)
+    return match["arm"], match["seed"] or ""
+
+
+def load_rows(record: str) -> dict[str, dict[str, dict[str, dict]]]:
+    """arm → seed → question id → row."""
+    rows: dict = defaultdict(lambda: defaultdict(dict))
+    for line in (RESULTS / f"{record}_rows.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        arm, seed = arm_and_seed(row["policy"])
+        rows[arm][seed][row["id"]] = row
+    return rows
+
+
+def paired(a: dict[str, dict[str, dict]], b: dict[str, dict[str, dict]], kind: str | None
+           ) -> tuple[list[float], list[float]]:
+    """F1 of arm ``a``'s rows and the rows of ``b`` on the same questions (``b``'s same seed,
+    else its only seed), seeds pooled; ``kind`` None: every question."""
+    mine, theirs = [], []
+    for seed, questions in sorted(a.items()):
+        other = b.get(seed) or next(iter(b.values()))
+        for qid, row in sorted(questions.items()):
+            if qid in other and (kind is None or row.get("kind") == kind):
+                mine.append(row["f1"])
+                theirs.append(other[qid]["f1"])
+    return mine, theirs
+
+
+def difference(a, b, kind: str | None) -> dict | None:
+    """Mean F1 of ``a`` minus ``b`` on the same questions, with its interval (None: no pairs)."""
+    mine, theirs = paired(a, b, kind)
+    if not mine:
+        return None
+    diff, lo, hi = paired_bootstrap_diff_ci(mine, theirs, n_boot=2000)
+    return {"diff": diff, "ci": [lo, hi], "n": len(mine)}
+
+
+def record_rows(spec: dict) -> list[dict]:
+    """One scoreboard row per (arm, kind) of a record, the start's own rows first."""
+    rows = load_rows(spec["record"])
+    start, grpo = rows[spec["start"]], rows.get(spec["grpo"]) if spec["grpo"] else None
+    out = []
+    for arm, seeds in rows.items():
+        for kind in (None, *KINDS):
+            mine, _ = paired(seeds, seeds, kind)
+            if not mine:
+                continue
+            out.append({"record": spec["record"], "arm": arm, "seeds": sorted(seeds),
+                        "kind": kind or "all", "n": len(mine), "f1": sum(mine) / len(mine),
+                        "vs_start": None if arm == spec["start"] else difference(seeds, start, kind),
+                        "vs_grpo": None if grpo is None or arm in (spec["grpo"], spec["start"])
+                        else difference(seeds, grpo, kind)})
+    return out
+
+
+def main() -> None:
+    write_report(RESULTS / "scoreboard.json", {
+        "command": "python bench/learning/scoreboard.py",
+        "records": list(RECORDS),
+        "rows": [row for spec in RECORDS for row in record_rows(spec)]})
+
+
+if __name__ == "__main__":
+    main()
