@@ -10,6 +10,7 @@ definitions, not its measurements.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -266,3 +267,29 @@ def test_the_gar_pipeline_test_pairs_trained_and_warmup_seed_means(monkeypatch):
     seeds[1]["rows"]["warmup"][0]["id"] = "other"
     with pytest.raises(ValueError, match="different questions"):
         bench_gar_pipeline.the_test(seeds)
+
+
+def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
+        tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import scoreboard
+
+    f1 = {"start": [0.0, 1.0], "grpo-seed0": [1.0, 1.0], "grpo-seed1": [0.0, 1.0],
+          "rex-seed0": [1.0, 0.0], "rex-seed1": [1.0, 1.0]}
+    kinds = ["two-hop", "single"]
+    (tmp_path / "toy_rows.jsonl").write_text("".join(
+        json.dumps({"policy": policy, "id": f"q{i}", "f1": value, "kind": kinds[i]}) + "\n"
+        for policy, values in f1.items() for i, value in enumerate(values)))
+    monkeypatch.setattr(scoreboard, "RESULTS", tmp_path)
+    rows = scoreboard.record_rows({"record": "toy", "start": "start", "grpo": "grpo"})
+    by = {(r["arm"], r["kind"]): r for r in rows}
+    # grpo − start, seeds pooled: seed 0 [+1, 0], seed 1 [0, 0] → 1/4
+    assert by["grpo", "all"]["vs_start"]["diff"] == pytest.approx(0.25)
+    assert by["grpo", "all"]["vs_grpo"] is None and by["start", "all"]["vs_start"] is None
+    # rex − grpo, each seed with grpo's same seed: seed 0 [0, −1], seed 1 [+1, 0] → 0
+    assert by["rex", "all"]["vs_grpo"]["diff"] == pytest.approx(0.0)
+    # on the two-hop question alone: rex [1, 1] − grpo [1, 0] → ½; rex − start [1, 1] → 1
+    assert by["rex", "two-hop"]["vs_grpo"]["diff"] == pytest.approx(0.5)
+    assert by["rex", "two-hop"]["vs_start"]["diff"] == pytest.approx(1.0)
+    assert (by["rex", "two-hop"]["n"], by["rex", "all"]["seeds"]) == (2, ["0", "1"])
+    assert ("rex", "comparison") not in by  # a kind without questions gets no row
