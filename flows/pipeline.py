@@ -105,18 +105,7 @@ def check_data(config: PipelineConfig, recipe: Recipe) -> None:
 def check_budgets(config: PipelineConfig, recipe: Recipe) -> None:
     """Refuse, before any stage runs, token budgets that cannot hold the recipe's episodes on
     the pipeline's data: the world it will generate, or your corpus and training questions."""
-    from advrag.common.types import Passage
-    from advrag.datasets.loaders import load_qa
-    from advrag.datasets.world import generate_world
-    from advrag.retrieval.retriever import read_passages
-
-    if config.data.world is not None:
-        world = generate_world(config.data.world.world_config())
-        passages = [Passage(p["id"], p["contents"]) for p in world.passages]
-        records = world.splits["train"]
-    else:
-        passages, records = read_passages(config.data.files.corpus), load_qa(config.data.files.train)
-    rl.check_budgets(recipe, passages, records)
+    rl.check_budgets(recipe, *stages.corpus_and_questions(config.data))
 
 
 def check_engine(config: PipelineConfig, recipe: Recipe) -> None:

@@ -11,6 +11,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from advrag.common.fileio import atomic_write_text
+from advrag.config import DataConfig
 
 
 def stage_key(*inputs: Any) -> str:
@@ -33,3 +34,17 @@ def finished_stage(cache_dir: Path, name: str, key: str) -> dict | None:
 def record_stage(cache_dir: Path, name: str, key: str, result: dict) -> None:
     """Remember a finished stage (written atomically, after the stage's own outputs)."""
     atomic_write_text(_marker(cache_dir, name, key), [json.dumps(result, default=str, indent=1)])
+
+
+def corpus_and_questions(data: DataConfig) -> tuple[list, list]:
+    """The passages and training questions a pipeline will run on, before its data stage has
+    written them: the world it will generate (in memory, under a second), or your files."""
+    from advrag.common.types import Passage
+    from advrag.datasets.loaders import load_qa
+    from advrag.datasets.world import generate_world
+    from advrag.retrieval.retriever import read_passages
+
+    if data.world is None:
+        return read_passages(data.files.corpus), load_qa(data.files.train)
+    world = generate_world(data.world.world_config())
+    return [Passage(p["id"], p["contents"]) for p in world.passages], world.splits["train"]

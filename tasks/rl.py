@@ -21,10 +21,10 @@ def training_data(recipe: Recipe) -> tuple:
     return load_retriever(recipe.config.index_dir, kind="dense"), recipe.training_questions()
 
 
-@task(cache_policy=NO_CACHE)
 def check_budgets(recipe: Recipe, passages, records: list[QARecord]) -> None:
     """Refuse, before anything trains, a config whose token budgets cannot hold its own
-    episodes (``Recipe.check_token_budgets``), counted in the start model's tokenizer."""
+    episodes (``Recipe.check_token_budgets``), counted in the start model's tokenizer (a check
+    of seconds, run before any task: a plain call, not a tracked task)."""
     from advrag.engines.local.generation import ChatPrompting
     from advrag.models.loading import load_tokenizer
 

@@ -104,8 +104,6 @@ class Budget:
         what: what it holds, for the message ("an RL episode").
         shape: the episode it must hold.
         max_new_tokens: that episode's generation budget.
-        headroom: tokens the budget must leave free (a prompt budget leaves the last
-            generation's ``max_new_tokens``).
     """
 
     setting: str
@@ -113,16 +111,12 @@ class Budget:
     what: str
     shape: EpisodeShape
     max_new_tokens: int
-    headroom: int = 0
 
 
 def refusal(budget: Budget, bound: EpisodeBound) -> str | None:
     """Why ``budget`` cannot hold an episode of ``bound`` (the figure and the fix), or None."""
-    needed = bound.tokens - budget.headroom
-    if budget.tokens >= needed:
+    if budget.tokens >= bound.tokens:
         return None
     return (f"{budget.setting} = {budget.tokens} cannot hold {budget.what} of "
-            f"{budget.shape.searches} searches: {bound.arithmetic()}"
-            + (f" − {budget.headroom} generated after the prompt" if budget.headroom else "")
-            + f"; raise {budget.setting} to at least {needed} (or lower max_turns, "
-            "max_new_tokens or topk)")
+            f"{budget.shape.searches} searches: {bound.arithmetic()}; raise {budget.setting} "
+            f"to at least {bound.tokens} (or lower max_turns, max_new_tokens or topk)")

@@ -9,6 +9,8 @@ A recipe is one RL training method (GRPO, ARR, …). It supplies only what is it
   registered by name) and the agents' updates — returning the step's metrics;
 - ``demonstrations``: the warm-up's SFT data, in the layout of its rollouts;
 - ``registry_names``, ``figures``, ``describe`` and the models to benchmark;
+- the episodes its token budgets must hold (``episode_shape``, ``rollout_prompts``,
+  ``token_budgets``; ``check_token_budgets`` refuses a config that could cut one);
 - what it needs upstream (``upstream``: UR²'s curation, GAR's discriminator SFT), which
   the pipeline runs and hands over (``use_curation``, ``use_discriminator``), and its
   training questions (``training_questions``).
@@ -44,7 +46,7 @@ from advrag.agents.budgets import (
 from advrag.agents.prompts import search_r1_prompt
 from advrag.agents.types import Trajectory
 from advrag.common.types import Passage, Retriever, TextGenerator
-from advrag.config import RLRunConfig, config_hash
+from advrag.config import ConfigError, RLRunConfig, config_hash
 from advrag.datasets.records import QARecord
 
 UPSTREAM_STAGES = ("curation", "discriminator_sft")
@@ -135,8 +137,6 @@ class Recipe(ABC):
         """Refuse (``ConfigError``) a budget that cannot hold its episode: ``count`` is the
         policy's token counter, ``chat_prompt`` renders a user message as the policy sees it,
         ``questions`` and ``passages`` what the run asks and retrieves from."""
-        from advrag.config import ConfigError
-
         info = longest_information(count, passages, self.config.topk)
         prompts = [chat_prompt(p) for q in questions for p in self.rollout_prompts(q.question)]
         problems = [why for budget in self.token_budgets()

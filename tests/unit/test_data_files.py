@@ -158,3 +158,19 @@ def test_recipe_settings_that_read_the_world_are_refused_before_any_stage(
     with pytest.raises(ConfigError, match=f"data.files has no generated world.*{refused}"):
         check_data(config, chosen)
     check_data(PipelineConfig(recipe=ROOT / "configs" / recipe), chosen)  # the world has it all
+
+
+def test_a_budget_your_passages_overflow_is_refused_before_any_stage(tmp_path):
+    """The preflight counts your corpus and questions: passages of 400 words make a 2-turn
+    episode longer than train.yaml's max_seq_len, so the pipeline is refused naming it."""
+    from advrag.flows.pipeline import check_budgets
+    from advrag.recipes import recipe_for
+
+    files = user_files(tmp_path)
+    config = PipelineConfig(data={"files": files}, recipe=ROOT / "configs/train.yaml")
+    check_budgets(config, recipe_for(config.recipe))  # the short passages fit
+    long = "".join(json.dumps({"id": f"p{i}", "contents": f"Title {i}\n" + "word " * 400})
+                   + "\n" for i in range(3))
+    files["corpus"].write_text(long)
+    with pytest.raises(ConfigError, match="optim.max_seq_len = 3072 cannot hold an RL episode"):
+        check_budgets(config, recipe_for(config.recipe))

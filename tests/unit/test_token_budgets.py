@@ -61,13 +61,6 @@ def test_a_budget_below_the_bound_is_refused_with_the_figure_and_the_setting():
     assert "prompt 3 + 2 generations × 5 + 1 searches × 20 + hints 0 = 33 tokens" in why
 
 
-def test_a_prompt_budget_leaves_the_last_generation_free():
-    shape = EpisodeShape(generations=2, searches=1)
-    bound = episode_bound(words, ["a b c"], 20, shape, 5)  # 33, of which the last 5 generated
-    assert refusal(Budget("cap", 28, "a prompt", shape, 5, headroom=5), bound) is None
-    assert "at least 28" in refusal(Budget("cap", 27, "a prompt", shape, 5, headroom=5), bound)
-
-
 class Scripted:
     """A generator whose every output is ``max_new_tokens`` characters that search."""
 
