@@ -130,8 +130,19 @@ bench: install vllm $(VENV)/.bench-installed
 	$(PY) bench/steps/bench_ur2_summary.py --rounds 10
 	$(PY) bench/jobs/bench_demo.py --fresh
 	$(PY) bench/learning/bench_ur2.py
+	$(PY) bench/learning/bench_budgets.py
+	$(PY) bench/steps/bench_budget_cost.py
+	$(PY) bench/learning/scoreboard.py
 	$(PY) bench/results_tables.py --readme
 	$(PY) -m mkdocs build --strict --site-dir site
+
+# The chained-questions warm-up protocol (docs/chaining-experiments.md): both arms on dev, hours on
+# two cores; each stage resumes where a killed run stopped (.cache/advrag/chaining/).
+.PHONY: bench-chaining
+bench-chaining: install
+	$(PY) bench/learning/bench_chaining_warmup.py --variant lora --split dev
+	$(PY) bench/learning/bench_chaining_warmup.py --variant full --split dev
+	$(PY) bench/learning/scoreboard.py
 
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
