@@ -590,6 +590,21 @@ def scoreboard_records_table(report: dict) -> Table:
                      f"`{r['command']}`"] for r in report["records"]]
 
 
+def chaining_warmup_table(report: dict) -> Table:
+    """Each warm-up snapshot per question kind: answers, format, searches and chaining."""
+    def value(x: float | None, fmt: str = "{:.3f}") -> str:
+        return "—" if x is None else fmt.format(x)
+
+    header = ["snapshot", "kind", "questions", "EM", "F1", "format errors", "searches",
+              "hop recall", "chaining rate", "turns cut"]
+    return header, [[snapshot, kind, value(m["n"], "{:.0f}"), value(m["em"]), value(m["f1"]),
+                     value(m["format_errors"], "{:.2f}"), value(m["n_searches"], "{:.2f}"),
+                     value(m["hop_recall"]), value(m["chaining_rate"]),
+                     value(m["cut_turns"], "{:.2f}")]
+                    for snapshot, kinds in report["snapshots"].items()
+                    for kind, m in kinds.items() if m["n"]]
+
+
 def budgets_table(report: dict) -> Table:
     """Each config's token budgets against its episode's bound, term by term."""
     header = ["config", "budget", "tokens", "= prompt", "+ generations × max_new_tokens",
@@ -627,7 +642,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
-    "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
+    "chaining_warmup": chaining_warmup_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""
 
