@@ -329,9 +329,10 @@ def demo_pipeline_table(report: dict) -> Table:
         for s in report["pipeline"]["trained"].get(stage, {}).values():
             rows.append([label, f"{s['n']:.0f}", interval(s["em"], [s["em_lo"], s["em_hi"]]),
                          interval(s["f1"], [s["f1_lo"], s["f1_hi"]]),
-                         f"{s['format_errors']:.2f}", f"{s['n_searches']:.2f}"])
-    return (["reasoner", "questions", "EM [95% CI]", "F1 [95% CI]", "format errors", "searches"],
-            rows)
+                         f"{s['format_errors']:.2f}", f"{s['n_searches']:.2f}",
+                         f"{s['cut_turns']:.2f}" if "cut_turns" in s else "not counted"])
+    return (["reasoner", "questions", "EM [95% CI]", "F1 [95% CI]", "format errors", "searches",
+             "turns cut by max_new_tokens"], rows)
 
 
 def demo_adversarial_table(report: dict) -> Table:

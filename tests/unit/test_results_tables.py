@@ -89,7 +89,7 @@ def demo_report() -> dict:
               "f1_hi": 0.5, "format_errors": 0.08, "n_searches": 1.5}
     return {"config": "configs/pipeline-demo.yaml", "wall_s": [300.0], "median_wall_s": 300.0,
             "peak_rss_gib": 9.0, "fresh": True, "cpu": "Chip (2 cores; avx2)",
-            "pipeline": {"trained": {"warmup": {"search_r1/world": scored},
+            "pipeline": {"trained": {"warmup": {"search_r1/world": scored | {"cut_turns": 0.25}},
                                      "trained": {"search_r1/world": scored | {"em": 0.5}}},
                          "judge": None, "decision": {}}}
 
@@ -98,10 +98,11 @@ def test_the_demo_table_lists_the_reasoner_per_stage(tables, tmp_path):
     (tmp_path / "demo-test.json").write_text(json.dumps(demo_report()))
     table = tables.render("demo-test.json", "pipeline", results=tmp_path).splitlines()
     assert table[0] == ("| reasoner | questions | EM [95% CI] | F1 [95% CI] | format errors | "
-                        "searches |")
+                        "searches | turns cut by max_new_tokens |")
     assert table[2] == ("| after the SFT warm-up | 24 | 0.250 [0.100, 0.400] | "
-                        "0.300 [0.125, 0.500] | 0.08 | 1.50 |")
+                        "0.300 [0.125, 0.500] | 0.08 | 1.50 | 0.25 |")
     assert table[3].startswith("| after joint RL | 24 | 0.500 [0.100, 0.400] |")
+    assert table[3].endswith("| not counted |")  # a report from before turns were counted
     assert len(table) == 6  # header, rule, two stages, a blank line, the source line
 
 
