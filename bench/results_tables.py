@@ -606,6 +606,17 @@ def chaining_warmup_table(report: dict) -> Table:
                     for kind, m in kinds.items() if m["n"]]
 
 
+def budget_cost_table(report: dict) -> Table:
+    """Old and new budgets' median update, side by side, and new / old."""
+    keys = ("tokens", "seconds", "rollout_s", "update_s", "searches", "cut_turns",
+            "truncated_fraction")
+    old, new = report["medians"]["old"], report["medians"]["new"]
+    return (["budgets", *keys], [
+        ["old (2 turns, 64 tokens, 1024)", *(f"{old[k]:.2f}" for k in keys)],
+        ["new (4 turns, 128 tokens, 3072)", *(f"{new[k]:.2f}" for k in keys)],
+        ["new / old", *(f"{new[k] / old[k]:.2f}" if old[k] else "—" for k in keys)]])
+
+
 def budgets_table(report: dict) -> Table:
     """Each config's token budgets against its episode's bound, term by term."""
     header = ["config", "budget", "tokens", "= prompt", "+ generations × max_new_tokens",
@@ -643,7 +654,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
-    "chaining_warmup": chaining_warmup_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
+    "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""
 

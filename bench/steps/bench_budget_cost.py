@@ -55,7 +55,8 @@ def main() -> None:
 
     world = offline_world()
     warm = ROOT / ".cache/advrag/chaining/lora/epoch-2"
-    start = args.start or (str(warm) if (warm / "done.json").is_file() else "smollm2")
+    start = args.start or (str(warm.relative_to(ROOT)) if (warm / "done.json").is_file()
+                           else "smollm2")
     retriever, records = load_retriever(ROOT / "processed/index"), load_qa(world / "train.jsonl")
     recipes = {name: build(arm, start) for name, arm in ARMS.items()}
     measured: dict[str, list[dict]] = {name: [] for name in ARMS}
