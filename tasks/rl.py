@@ -26,6 +26,7 @@ def check_budgets(recipe: Recipe, passages, records: list[QARecord]) -> None:
     episodes (``Recipe.check_token_budgets``), counted in the start model's tokenizer (a check
     of seconds, run before any task: a plain call, not a tracked task)."""
     from advrag.engines.local.generation import ChatPrompting
+    from advrag.engines.local.tokenize import token_counter
     from advrag.models.loading import load_tokenizer
 
     spec = recipe.config.model
@@ -33,9 +34,8 @@ def check_budgets(recipe: Recipe, passages, records: list[QARecord]) -> None:
         tracking.configure()
         spec = str(tracking.download_model(spec))
     tokenizer = load_tokenizer(spec)
-    recipe.check_token_budgets(lambda text: len(tokenizer(text, add_special_tokens=False)
-                                                ["input_ids"]),
-                               ChatPrompting(tokenizer).chat_prompt, records, passages)
+    recipe.check_token_budgets(token_counter(tokenizer), ChatPrompting(tokenizer).chat_prompt,
+                               records, passages)
 
 
 @task(cache_policy=NO_CACHE)

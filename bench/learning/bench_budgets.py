@@ -26,7 +26,7 @@ from advrag.common.types import Passage
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.datasets.world import WorldConfig, generate_world
 from advrag.engines.local.generation import ChatPrompting
-from advrag.engines.local.tokenize import token_lengths
+from advrag.engines.local.tokenize import token_counter, token_lengths
 from advrag.recipes import recipe_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
@@ -92,10 +92,7 @@ def main() -> None:
     from advrag.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2")
-    chat_prompt = ChatPrompting(tokenizer).chat_prompt
-
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    chat_prompt, count = ChatPrompting(tokenizer).chat_prompt, token_counter(tokenizer)
 
     write_report(args.out, {
         "command": "python bench/learning/bench_budgets.py --passage-words "

@@ -149,3 +149,9 @@ def refuse_cut(trajectories: Sequence[Trajectory], tokenizer, max_len: int, sett
         raise ValueError(f"{len(over)} of {len(lengths)} {what} are longer than {setting} = "
                          f"{max_len} tokens (the longest {max(over)}): their ends would be cut "
                          f"away; raise {setting} to at least {max(over)}")
+
+
+def token_counter(tokenizer):
+    """``text → tokens`` in ``tokenizer``, no special tokens: how a segment is encoded here, and
+    what a token budget is counted in (``agents.budgets``)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
