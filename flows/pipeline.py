@@ -56,6 +56,7 @@ def preflight(config: PipelineConfig) -> Recipe:
     check_data(config, recipe)
     check_engine(config, recipe)
     check_budgets(config, recipe)
+    check_judge(config, recipe)
     return recipe
 
 
@@ -106,6 +107,18 @@ def check_budgets(config: PipelineConfig, recipe: Recipe) -> None:
     """Refuse, before any stage runs, token budgets that cannot hold the recipe's episodes on
     the pipeline's data: the world it will generate, or your corpus and training questions."""
     rl.check_budgets(recipe, *stages.corpus_and_questions(config.data))
+
+
+def check_judge(config: PipelineConfig, recipe: Recipe) -> None:
+    """Refuse, before any stage runs, a discriminator that learns from prompts carrying more or
+    fewer passages than the RL step shows it (``evidence_tokens``)."""
+    sft = discriminator_config(config, recipe)
+    if sft is None or sft.evidence_tokens == recipe.config.evidence_tokens:
+        return
+    raise ConfigError(
+        f"the discriminator learns from evidence_tokens = {sft.evidence_tokens} "
+        f"({config.discriminator}) but {recipe.name} judges with evidence_tokens = "
+        f"{recipe.config.evidence_tokens} ({config.recipe}): set both to one value")
 
 
 def check_engine(config: PipelineConfig, recipe: Recipe) -> None:

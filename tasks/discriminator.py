@@ -41,6 +41,7 @@ def slice_set(config: DiscriminatorSFTConfig, policy,
     from advrag.curation.gar_llm_judge import judge_counts, make_slice_judge
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator
+    from advrag.engines.local.tokenize import token_counter
     from advrag.retrieval.retriever import load_retriever
 
     records = load_qa(config.world_dir / "train.jsonl")[:config.questions]
@@ -49,8 +50,7 @@ def slice_set(config: DiscriminatorSFTConfig, policy,
                                  topk=config.topk, max_turns=config.max_turns)
     lexicon = read_lexicon(config.world_dir, records)
     judge = make_slice_judge(config.judge, lexicon)
-    rows = build_slice_set(records, demos, lexicon,
-                           lambda text: len(tokenizer(text, add_special_tokens=False).input_ids),
+    rows = build_slice_set(records, demos, lexicon, token_counter(tokenizer),
                            max_tokens=config.max_slice_tokens, seed=config.seed,
                            heldout_fraction=config.heldout_fraction, judge=judge)
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
@@ -97,17 +97,23 @@ def log_slice_set(run_id: str, path: Path, rows: list[dict], judged: dict[str, f
     tracking.log_artifacts(run_id, path.parent, "slices")
 
 
-def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer, max_tokens: int) -> list:
-    """SFT examples of one split: each row's judgment cut at ``max_tokens`` (GAR's K), EOS included."""
-    from advrag.curation.gar_data import judgment_trajectory, row_label
+def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
+                  config: DiscriminatorSFTConfig) -> tuple[list, int]:
+    """SFT examples of one split: each row's prompt (its passages within ``evidence_tokens``)
+    and judgment cut at ``max_new_tokens`` (GAR's K), EOS included; and the passages the cap
+    left out of them."""
+    from advrag.curation.gar_data import judgment_trajectory, row_label, row_prompt
     from advrag.curation.gar_labels import sft_target
+    from advrag.engines.local.tokenize import token_counter
 
-    out = []
+    out, left_out, count = [], 0, token_counter(tokenizer)
     for row in (r for r in rows if r["split"] == split):
         ids = tokenizer(sft_target(row_label(row)) + tokenizer.eos_token,
-                        add_special_tokens=False).input_ids[:max_tokens]
-        out.append(judgment_trajectory(row, chat_prompt, tokenizer.decode(ids)))
-    return out
+                        add_special_tokens=False).input_ids[:config.max_new_tokens]
+        prompt = row_prompt(row, count, config.evidence_tokens)
+        out.append(judgment_trajectory(prompt.text, chat_prompt, tokenizer.decode(ids)))
+        left_out += prompt.left_out
+    return out, left_out
 
 
 def _train_epoch(policy, optimizer, tokenizer, examples: list, config: DiscriminatorSFTConfig,
@@ -142,8 +148,13 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     from advrag.engines.local.verdicts import judgment_loss
 
     chat = HFGenerator(policy.model, tokenizer).chat_prompt
-    train, held = (_trajectories(rows, s, chat, tokenizer, config.max_new_tokens)
-                   for s in ("train", "heldout"))
+    (train, train_left_out), (held, held_left_out) = (
+        _trajectories(rows, s, chat, tokenizer, config) for s in ("train", "heldout"))
+    tracking.log_metrics(run_id, {"sft/evidence_left_out": train_left_out + held_left_out})
+    if train_left_out + held_left_out:
+        print(f"evidence_tokens = {config.evidence_tokens} left {train_left_out + held_left_out} "
+              f"earlier passages out of {len(train) + len(held)} judge examples (counted as "
+              "sft/evidence_left_out); raise it to show them")
     refuse_cut(train + held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
                "judge examples (slice, its passages and the verdict)")
     optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
@@ -172,13 +183,17 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
 def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
              run_id: str) -> dict[str, float]:
     """Greedy judgments (≤ K tokens) of the held-out slices: accuracy, F1, AUROC, malformed."""
-    from advrag.curation.gar_labels import discriminator_prompt, parse_verdict
+    from advrag.curation.gar_data import row_prompt
+    from advrag.curation.gar_labels import parse_verdict
     from advrag.engines.local.dual import agent_generator
+    from advrag.engines.local.tokenize import token_counter
     from advrag.engines.local.verdicts import judgment_metrics, verdict_probabilities
 
     held = [r for r in rows if r["split"] == "heldout"]
     generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
-    prompts = [generator.chat_prompt(discriminator_prompt(r["question"], r["slice"])) for r in held]
+    count = token_counter(tokenizer)
+    prompts = [generator.chat_prompt(row_prompt(r, count, config.evidence_tokens).text)
+               for r in held]
     outputs = generator.generate(prompts, max_new_tokens=config.max_new_tokens)
     verdicts = [parse_verdict(o) for o in outputs]
     p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)

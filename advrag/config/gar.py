@@ -43,6 +43,15 @@ class JudgeSection(Strict):
         return self
 
 
+def evidence_tokens_field():
+    """A judge prompt's evidence cap, one setting in the discriminator's SFT and in GAR's RL:
+    768 holds every passage of three searches of three 60-word passages (about 85 SmolLM2
+    tokens each)."""
+    return Field(768, ge=0, description="Most tokens of the passages retrieved before a slice "
+                 "that a judge prompt carries (the latest kept; the earlier ones left out are "
+                 "counted). Keep it equal in the discriminator's SFT and in GAR's RL.")
+
+
 class DiscriminatorSFTConfig(Strict):
     """GAR §3/§4.1: SFT of the discriminator on judge-labelled slices, balanced 1:1 yes/no."""
 
@@ -65,6 +74,7 @@ class DiscriminatorSFTConfig(Strict):
     max_slice_tokens: int = Field(320, ge=1, description="GAR's L: most tokens per slice.")
     max_new_tokens: int = Field(128, ge=1, description="GAR's K: most tokens of one judgment "
                                 "(SFT targets are cut there; evaluation generates at most K).")
+    evidence_tokens: int = evidence_tokens_field()
     questions: int | None = Field(64, ge=1, description="Build slices from the first N training "
                                   "questions (paper: 10 % of the training set); null = all.")
     heldout_fraction: float = Field(0.25, gt=0, lt=1, description="Share of those questions "

@@ -21,9 +21,11 @@ rationale, and downsamples the majority label to 1:1. How this departs:
 - The split is by question (``heldout_fraction`` of them, seeded), so no
   question's slices sit on both sides; each split is balanced 1:1 on its own.
 
-A row: ``{"id", "question_id", "question", "slice", "sound", "analysis",
-"rationale", "source", "split"}`` with ``source`` one of ``SOURCES`` and
-``split`` ``"train"`` or ``"heldout"``.
+A row: ``{"id", "question_id", "question", "slice", "evidence", "sound", "analysis",
+"rationale", "source", "split"}`` with ``evidence`` the passages the episode had
+retrieved before the slice (``gar_labels.information_passages``: what the
+discriminator's prompt shows it, within its token cap), ``source`` one of
+``SOURCES`` and ``split`` ``"train"`` or ``"heldout"``.
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ from random import Random
 from advrag.agents.types import Segment, Trajectory
 from advrag.curation.gar_labels import (
     NUMBER,
+    Evidence,
     SliceJudge,
     SliceLabel,
+    SliceQuery,
     WorldLexicon,
     answer_lexicon,
     balance_labels,
+    capped_evidence,
     discriminator_prompt,
     grounded_judge,
+    information_passages,
     slice_queries,
     world_lexicon,
 )
@@ -149,11 +155,12 @@ def record_of(trajectory: Trajectory, by_question: dict[str, QARecord]) -> QARec
     return found[0]
 
 
-def _row(label: SliceLabel, record: QARecord, source: str) -> dict:
+def _row(label: SliceLabel, query: SliceQuery, source: str) -> dict:
     """One slice row, before its id and split are known."""
+    record = query.record
     return {"question_id": record.id, "question": record.question, "slice": label.slice,
-            "sound": label.sound, "analysis": label.analysis, "rationale": label.rationale,
-            "source": source}
+            "evidence": information_passages(query.passages), "sound": label.sound,
+            "analysis": label.analysis, "rationale": label.rationale, "source": source}
 
 
 def _judged_rows(trajectories: Sequence[tuple[Trajectory, str]], by_question: dict[str, QARecord],
@@ -167,7 +174,7 @@ def _judged_rows(trajectories: Sequence[tuple[Trajectory, str]], by_question: di
                               max_tokens)
         queries += found
         sources += [source] * len(found)
-    return [_row(label, query.record, source)
+    return [_row(label, query, source)
             for query, source, label in zip(queries, sources, judge(queries))
             if label is not None and (source != "corrupted" or not label.sound)]
 
@@ -261,13 +268,20 @@ def row_label(row: dict) -> SliceLabel:
     return SliceLabel(row["slice"], row["sound"], row["analysis"], row["rationale"])
 
 
-def judgment_trajectory(row: dict, chat_prompt: Callable[[str], str], target: str) -> Trajectory:
-    """An SFT example: the chat-rendered discriminator prompt, then ``target`` as the policy's text.
+def row_prompt(row: dict, count_tokens: Callable[[str], int], evidence_tokens: int) -> Evidence:
+    """A row's discriminator prompt (the user message: its question, the passages read before
+    the slice within ``evidence_tokens``, the slice) as ``text``, and the passages left out."""
+    evidence = capped_evidence(row["evidence"], count_tokens, evidence_tokens)
+    return Evidence(discriminator_prompt(row["question"], row["slice"], evidence.text),
+                    evidence.left_out)
 
-    ``target`` is ``sft_target(row_label(row))`` as the caller cut it (e.g. at K tokens).
-    """
+
+def judgment_trajectory(prompt: str, chat_prompt: Callable[[str], str], target: str) -> Trajectory:
+    """An SFT example: the chat-rendered discriminator ``prompt`` (``row_prompt``), then
+    ``target`` as the policy's text (``sft_target(row_label(row))`` as the caller cut it, e.g.
+    at K tokens)."""
     trajectory = Trajectory()
-    trajectory.add(chat_prompt(discriminator_prompt(row["question"], row["slice"])), "prompt")
+    trajectory.add(chat_prompt(prompt), "prompt")
     trajectory.add(target, "policy")
     return trajectory
 

@@ -4,7 +4,8 @@ GAR §3/§4.1 has GPT-o4-mini write, per slice, a brief analysis, a yes/no
 judgment and a concise rationale, then downsamples the majority label to 1:1.
 No machine here reaches an API model, but the offline world knows the truth,
 so a deterministic judge checks each slice against the question's gold fact
-chain (``record.metadata["chain"]``) and the passages the trajectory retrieved.
+chain (``record.metadata["chain"]``) and the passages the trajectory retrieved
+before the slice (what the policy had read when it wrote it).
 
 The judge's rules (how this departs from the paper's LLM judge):
 
@@ -46,7 +47,7 @@ from random import Random
 
 from advrag.agents.types import Trajectory
 from advrag.curation.demonstrations import fact_phrase, relation_words
-from advrag.curation.slicing import reasoning_text, slice_reasoning
+from advrag.curation.slicing import slices_with_evidence
 from advrag.datasets.records import QARecord
 from advrag.datasets.world import World
 
@@ -55,11 +56,13 @@ ANSWER = "answer"
 """The kind of a golden answer in ``answer_lexicon`` (your data has no entity kinds)."""
 _ORDINARY_ANSWERS = frozenset({"yes", "no"})
 DISCRIMINATOR_TEMPLATE = (
-    "You check one slice of a step-by-step answer to a question. The slice is sound when "
-    "every fact it states is correct and it moves toward the answer. Reply in exactly this "
-    "form:\nAnalysis: <one or two short sentences>\nVerdict: <yes if the slice is sound, "
-    "no if not>\nRationale: <one short sentence>\n\nQuestion: {question}\nSlice: {slice}\n"
+    "You check one slice of a step-by-step answer to a question against the passages retrieved "
+    "before it. The slice is sound when every fact it states is correct and it moves toward "
+    "the answer. Reply in exactly this form:\nAnalysis: <one or two short sentences>\nVerdict: "
+    "<yes if the slice is sound, no if not>\nRationale: <one short sentence>\n\nQuestion: "
+    "{question}\nPassages retrieved before the slice:\n{evidence}\nSlice: {slice}\n"
 )
+NO_EVIDENCE = "(none)"
 _NUMBER_RE = re.compile(r"\b(?:\d{1,3}(?:,\d{3})+|\d{2,})\b")
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ANSWER_RE = re.compile(r"\banswer\b", re.IGNORECASE)
@@ -258,7 +261,7 @@ def _judge(text: str, ev: _Evidence) -> SliceLabel:
 @dataclass(frozen=True)
 class SliceQuery:
     """One slice to judge with what a judge may check it against: the question's record and
-    the passages the episode retrieved (its ``env`` segments: exactly what the policy saw)."""
+    the episode's ``env`` segments returned before the slice (what the policy had read)."""
 
     slice: str
     record: QARecord
@@ -272,10 +275,10 @@ SliceJudge = Callable[[Sequence[SliceQuery]], list[SliceLabel | None]]
 def slice_queries(trajectory: Trajectory, record: QARecord, count_tokens: Callable[[str], int],
                   max_tokens: int = 320) -> list[SliceQuery]:
     """The policy's reasoning cut into slices (``slicing.MIN_SLICE_TOKENS`` to ``max_tokens``
-    tokens each, as GAR's RL step cuts rollouts by default), ready to judge."""
-    passages = tuple(s.text for s in trajectory.segments if s.source == "env")
-    slices = slice_reasoning(reasoning_text(trajectory), count_tokens, max_tokens)
-    return [SliceQuery(text, record, passages) for text in slices]
+    tokens each, as GAR's RL step cuts rollouts by default), each with what it was written
+    after, ready to judge."""
+    return [SliceQuery(text, record, read)
+            for text, read in slices_with_evidence(trajectory, count_tokens, max_tokens)]
 
 
 def label_slice(text: str, record: QARecord, passages: Sequence[str],
@@ -342,6 +345,42 @@ def split_judgment(text: str) -> tuple[str, bool, str] | None:
     return analysis.strip(_MARKDOWN), match.group(1).lower() == "yes", rationale.strip(_MARKDOWN)
 
 
-def discriminator_prompt(question: str, slice_text: str) -> str:
-    """The discriminator's user message for one slice (wrap it with the chat template)."""
-    return DISCRIMINATOR_TEMPLATE.format(question=question, slice=slice_text)
+@dataclass(frozen=True)
+class Evidence:
+    """The passages a judge prompt carries, and how many earlier ones its token cap left out."""
+
+    text: str
+    left_out: int
+
+
+def information_passages(env_segments: Iterable[str]) -> list[str]:
+    """The passages of the ``<information>`` blocks among an episode's ``env`` segments, one
+    per line as the policy read them (``Doc n(Title: t) text``, or a UR² summary), repeats
+    left out; hints are not evidence."""
+    passages: list[str] = []
+    for segment in env_segments:
+        body = segment.strip()
+        if body.startswith("<information>") and body.endswith("</information>"):
+            inner = body[len("<information>"):-len("</information>")]
+            passages += [line.strip() for line in inner.splitlines() if line.strip()]
+    return list(dict.fromkeys(passages))
+
+
+def capped_evidence(passages: Sequence[str], count_tokens: Callable[[str], int],
+                    max_tokens: int) -> Evidence:
+    """The latest ``passages`` that fit in ``max_tokens`` (counted passage by passage, a line
+    break each), in their order, and the number of earlier ones left out."""
+    kept: list[str] = []
+    used = 0
+    for passage in reversed(passages):
+        used += count_tokens(passage) + 1
+        if used > max_tokens:
+            break
+        kept.append(passage)
+    return Evidence("\n".join(reversed(kept)) or NO_EVIDENCE, len(passages) - len(kept))
+
+
+def discriminator_prompt(question: str, slice_text: str, evidence: str = NO_EVIDENCE) -> str:
+    """The discriminator's user message for one slice and the passages retrieved before it
+    (``capped_evidence(...).text``); wrap it with the chat template."""
+    return DISCRIMINATOR_TEMPLATE.format(question=question, slice=slice_text, evidence=evidence)

@@ -401,8 +401,8 @@ def _curated_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
 
 
 
-_SLICE_FIELDS = ("question_id", "question", "slice", "sound", "analysis", "rationale", "source",
-                 "split")
+_SLICE_FIELDS = ("question_id", "question", "slice", "evidence", "sound", "analysis", "rationale",
+                 "source", "split")
 
 
 def validate_slice_file(path: str | os.PathLike[str], heldout_questions: Iterable[dict[str, Any]],
@@ -439,6 +439,9 @@ def _slice_rules(held_ids: set[str], held_questions: set[str],
         ("bad_sound", "ExpectColumnValuesToBeBetween",
          {"column": "sound_is_bool", "min_value": 1}, "sound",
          "'sound' is the judge's verdict as a JSON boolean (true/false), not 1/0 or \"yes\""),
+        ("bad_evidence", "ExpectColumnValuesToBeBetween",
+         {"column": "evidence_is_list", "min_value": 1}, "evidence",
+         "'evidence' is the list of passage strings retrieved before the slice ([] for none)"),
         ("bad_source", "ExpectColumnValuesToBeInSet",
          {"column": "source", "value_set": list(SOURCES)}, "source",
          f"a slice comes from one of {', '.join(SOURCES)}"),
@@ -461,13 +464,16 @@ def _slice_frame(rows: list[tuple[int, dict[str, Any]]]) -> Any:
 
     table = []
     for line_no, obj in rows:
-        sound = obj.get("sound")
+        sound, evidence = obj.get("sound"), obj.get("evidence")
         row = {"line": line_no, "id": _id_value(obj),
                **{name: obj.get(name) for name in ("question_id", "source", "split")},
                **{name: None if obj.get(name) is None else _short(obj[name])
                   for name in ("question", "slice", "analysis", "rationale")},
                "sound": None if sound is None else json.dumps(sound),
                "sound_is_bool": float(isinstance(sound, bool)),
+               "evidence": None if evidence is None else _short(evidence),
+               "evidence_is_list": float(isinstance(evidence, list)
+                                         and all(isinstance(p, str) for p in evidence)),
                "is_sound": float(sound is True),
                "normalised_question": normalize_answer(str(obj.get("question") or ""))}
         for name in ("slice", "analysis", "rationale"):

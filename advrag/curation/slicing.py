@@ -52,6 +52,8 @@ the first three are the ones GAR App. F.1 names."""
 MIN_SLICE_TOKENS = 16
 """The range's floor (module docstring): shorter pieces merge with a neighbour."""
 
+PARAGRAPH = "\n\n"
+"""What ``reasoning_text`` puts between two think blocks (a new semantic beginning)."""
 _SEPARATOR = re.compile(r"\s*\n\s*|(?<=[.!?])\s+")
 _CUE = re.compile(r"[\W_]*(?:" + "|".join(DISCOURSE_CUES) + r")\b")
 _WORD = re.compile(r"\S+")
@@ -161,6 +163,21 @@ def _thoughts(text: str) -> list[str]:
     return [t.content.strip() for t in outer if t.name == "think" and t.content.strip()]
 
 
+def _paragraphs(trajectory: Trajectory) -> list[tuple[str, tuple[str, ...]]]:
+    """The policy's reasoning paragraphs (``reasoning_text``'s), each with the ``env`` segments
+    the episode had returned before it (the passages it could have read)."""
+    read: list[str] = []
+    thoughts, plain = [], []
+    for segment in trajectory.segments:
+        if segment.source == "env":
+            read.append(segment.text)
+        elif segment.source == "policy":
+            thoughts += [(t, tuple(read)) for t in _thoughts(segment.text)]
+            if text := _outside_tags(segment.text):
+                plain.append((text, tuple(read)))
+    return thoughts or plain
+
+
 def reasoning_text(trajectory: Trajectory) -> str:
     """The policy's own reasoning: its ``<think>`` contents, one paragraph per think block.
 
@@ -168,8 +185,25 @@ def reasoning_text(trajectory: Trajectory) -> str:
     prompts never count as reasoning. With no think tag at all (a plain CoT
     answer), the policy's text outside any tag is the reasoning.
     """
-    policy = [s.text for s in trajectory.segments if s.source == "policy"]
-    thoughts = [thought for text in policy for thought in _thoughts(text)]
-    if thoughts:
-        return "\n\n".join(thoughts)
-    return "\n\n".join(plain for text in policy if (plain := _outside_tags(text)))
+    return PARAGRAPH.join(text for text, _ in _paragraphs(trajectory))
+
+
+def slices_with_evidence(trajectory: Trajectory, count_tokens: Callable[[str], int],
+                         max_tokens: int = 320, min_tokens: int = MIN_SLICE_TOKENS,
+                         ) -> list[tuple[str, tuple[str, ...]]]:
+    """``slice_reasoning`` of the trajectory's reasoning, each slice with the ``env`` segments
+    returned before its last paragraph: what the policy had read when it wrote the slice, so a
+    judge can check the slice against the same evidence."""
+    paragraphs = _paragraphs(trajectory)
+    text = PARAGRAPH.join(p for p, _ in paragraphs)
+    ends, end = [], 0
+    for paragraph, _ in paragraphs:
+        end += len(paragraph)
+        ends.append(end)
+        end += len(PARAGRAPH)
+    out, cursor = [], 0
+    for piece in slice_reasoning(text, count_tokens, max_tokens, min_tokens):
+        cursor = text.index(piece, cursor) + len(piece)
+        last = next(i for i, e in enumerate(ends) if cursor <= e)
+        out.append((piece, paragraphs[last][1]))
+    return out

@@ -1,7 +1,8 @@
 """A warm-up that chains: SFT on demonstrations that state their plan, scored per question kind.
 
     python bench/learning/bench_chaining_warmup.py --variant lora|full [--demonstrations 256]
-        [--epochs 2] [--split dev] [--limit 100] [--rejection 4] [--rejection-questions 200]
+        [--every-three-hop] [--epochs 2] [--split dev] [--limit 100] [--rejection 4]
+        [--rejection-questions 200]
 
 The protocol is declared in docs/chaining-experiments.md before any run. Each stage writes
 under ``.cache/advrag/chaining/<variant>/`` and is skipped when its output is there, so a killed
@@ -9,7 +10,8 @@ run resumes at the stage it was in (an epoch restarts from the epoch before it):
 
 1. SFT, one epoch at a time: epoch e starts from epoch e−1's merged model (the base for the
    first), on the world's training questions' grounded demonstrations (``--demonstrations``,
-   the plan-stating thoughts of ``curation.demonstrations``), in epoch e's seeded order; LoRA
+   the plan-stating thoughts of ``curation.demonstrations``; with ``--every-three-hop`` also
+   every other usable three-hop training question's), in epoch e's seeded order; LoRA
    (r 16, lr 2e-4: a fresh adapter each epoch, merged after it) or full fine-tuning (lr 2e-5).
 2. With ``--rejection K``: K sampled rollouts (temperature 1) of each of the first
    ``--rejection-questions`` chained training questions by the last epoch's model; the correct
@@ -18,7 +20,7 @@ run resumes at the stage it was in (an epoch restarts from the epoch before it):
    the Search-R1 agent (4 turns, 128 new tokens, greedy): EM/F1 per question kind with
    bootstrap intervals, format errors, searches, hop recall, chaining rate, turns cut.
 
-Writes ``bench/results/chaining_warmup-<variant>[-rs<K>]-<split>.json``.
+Writes ``bench/results/chaining_warmup-<variant>[-3hop][-rs<K>]-<split>.json``.
 """
 
 from __future__ import annotations
@@ -86,17 +88,21 @@ def finetune_once(config: GrpoConfig, start: str, demos, epoch: int, out: Path) 
     return out
 
 
-def demonstrations(config: GrpoConfig, limit: int) -> list:
-    """The grounded, plan-stating demonstrations of the first ``limit`` usable questions."""
+def demonstrations(config: GrpoConfig, limit: int, every_three_hop: bool = False) -> list:
+    """The grounded, plan-stating demonstrations of the first ``limit`` usable questions, and
+    with ``every_three_hop`` every later three-search one too (the world's deepest chains are
+    a sixth of its questions: more of them is the declared three-hop follow-up)."""
     from advrag.curation.demonstrations import build_demonstrations
     from advrag.engines.local.generation import ChatPrompting
     from advrag.models.loading import load_tokenizer
     from advrag.retrieval.retriever import load_retriever
 
-    return build_demonstrations(
+    demos = build_demonstrations(
         load_qa(config.world_dir / "train.jsonl"), load_retriever(config.index_dir),
         ChatPrompting(load_tokenizer(config.model)).chat_prompt, topk=config.topk,
-        max_turns=config.max_turns, limit=limit)
+        max_turns=config.max_turns)
+    later = [d for d in demos[limit:] if d.n_searches == 3] if every_three_hop else []
+    return demos[:limit] + later
 
 
 def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int) -> list:
@@ -145,6 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--demonstrations", type=int, default=256)
+    parser.add_argument("--every-three-hop", action="store_true",
+                        help="add every later three-search demonstration (the follow-up)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--split", default="dev", choices=["dev", "test"])
     parser.add_argument("--limit", type=int, default=100)
@@ -153,8 +161,9 @@ def main() -> None:
     args = parser.parse_args()
     offline_world()
     config = run_config(args.variant, args.epochs)
-    work = ROOT / ".cache/advrag/chaining" / args.variant
-    demos = demonstrations(config, args.demonstrations)
+    arm = args.variant + ("-3hop" if args.every_three_hop else "")
+    work = ROOT / ".cache/advrag/chaining" / arm
+    demos = demonstrations(config, args.demonstrations, args.every_three_hop)
     snapshots, model = {"base": config.model}, config.model
     for epoch in range(args.epochs):
         model = str(finetune_once(config, model, demos, epoch, work / f"epoch-{epoch + 1}"))
@@ -169,11 +178,13 @@ def main() -> None:
                for name, path in snapshots.items()}
     suffix = f"-rs{args.rejection}" if args.rejection else ""
     command = (f"python bench/learning/bench_chaining_warmup.py --variant {args.variant} "
-               f"--demonstrations {args.demonstrations} --epochs {args.epochs} --split "
+               f"--demonstrations {args.demonstrations}"
+               + (" --every-three-hop" if args.every_three_hop else "")
+               + f" --epochs {args.epochs} --split "
                f"{args.split} --limit {args.limit}"
                + (f" --rejection {args.rejection} --rejection-questions "
                   f"{args.rejection_questions}" if args.rejection else ""))
-    write_report(ROOT / f"bench/results/chaining_warmup-{args.variant}{suffix}-{args.split}.json",
+    write_report(ROOT / f"bench/results/chaining_warmup-{arm}{suffix}-{args.split}.json",
                  {"command": command, "demonstrations": len(demos), "snapshots": results,
                   "sft": {name: json.loads((Path(p) / "done.json").read_text())
                           for name, p in snapshots.items() if name != "base"}})

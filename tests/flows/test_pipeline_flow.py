@@ -16,7 +16,7 @@ import mlflow
 import pytest
 import yaml
 
-from advrag.config import DataConfig, PipelineConfig
+from advrag.config import ConfigError, DataConfig, PipelineConfig
 from advrag.datasets.records import read_jsonl
 from advrag.flows.pipeline import pipeline
 from advrag.ops import dataplane
@@ -99,6 +99,18 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
     assert second["discriminator"]["run_id"] == first["discriminator"]["run_id"]  # skipped
     assert second["trained"]["run_id"] == first["trained"]["run_id"]  # skipped
     assert second["decision"]["version"] == first["decision"]["version"]
+
+
+def test_a_judge_trained_on_other_evidence_than_it_judges_with_is_refused_first(
+        project, tiny_policy_dir):
+    config = tiny_pipeline(project, tiny_policy_dir)
+    judge = yaml.safe_load(config.discriminator.read_text()) | {"evidence_tokens": 256}
+    write(config.discriminator, judge)
+    with pytest.raises(ConfigError, match=r"the discriminator learns from evidence_tokens = 256 "
+                                          r".* but gar judges with evidence_tokens = 768 .*: set "
+                                          r"both to one value"):
+        pipeline(config)
+    assert not (project / "data" / "world").exists()  # nothing was built
 
 
 MANUAL = [  # a user's corpus, unlike the world's: manual paragraphs, ids of their own, no titles

@@ -20,6 +20,7 @@ from advrag.curation.gar_data import (
     record_of,
     replacement,
     row_label,
+    row_prompt,
     substitutes,
 )
 from advrag.curation.gar_labels import WorldLexicon, grounded_judge, sft_target, world_lexicon
@@ -101,8 +102,8 @@ def test_sound_rows_come_from_demonstrations_and_unsound_from_corrupted_copies()
 
 def test_rows_carry_the_judge_label_and_unique_ids():
     rows = build()
-    assert [list(r) for r in rows[:1]] == [["id", "question_id", "question", "slice", "sound",
-                                            "analysis", "rationale", "source", "split"]]
+    assert [list(r) for r in rows[:1]] == [["id", "question_id", "question", "slice", "evidence",
+                                            "sound", "analysis", "rationale", "source", "split"]]
     assert len({r["id"] for r in rows}) == len(rows)
     first = rows[0]
     assert first["id"] == f"{first['question_id']}/{first['source']}/0"
@@ -170,10 +171,26 @@ def test_trajectories_are_matched_to_records_by_their_question():
 
 def test_a_judgment_trajectory_is_prompt_then_target():
     row = build()[0]
-    traj = judgment_trajectory(row, lambda user: f"<user>{user}</user>", sft_target(row_label(row)))
+    prompt = row_prompt(row, words, 768).text
+    traj = judgment_trajectory(prompt, lambda user: f"<user>{user}</user>",
+                               sft_target(row_label(row)))
     assert [s.source for s in traj.segments] == ["prompt", "policy"]
-    assert traj.segments[0].text.endswith(f"Slice: {row['slice']}\n</user>")
+    assert traj.segments[0].text == f"<user>{prompt}</user>"
+    assert prompt.endswith(f"Slice: {row['slice']}\n")
     assert traj.segments[1].text.startswith("Analysis: ")
+
+
+def test_a_row_carries_the_passages_read_before_its_slice_and_its_prompt_shows_them():
+    rows = [r for r in build() if r["question_id"] == "q0" and r["source"] == "demonstration"]
+    plan, *later = rows  # q0's demonstration: the plan, then a slice after each search
+    assert plan["evidence"] == []
+    assert "Doc 1(Title: Ada Vell) Ada Vell was married to Bo Rask." in later[-1]["evidence"]
+    shown = row_prompt(later[-1], words, 768)
+    assert shown.left_out == 0
+    assert all(p in shown.text for p in later[-1]["evidence"])
+    capped = row_prompt(later[-1], words, 0)
+    assert capped.left_out == len(later[-1]["evidence"])
+    assert "before the slice:\n(none)\nSlice:" in capped.text
 
 
 def test_the_lexicon_is_read_back_from_the_written_world(tmp_path):
@@ -216,6 +233,9 @@ def _drop(key):
 @pytest.mark.parametrize(("change", "rule"), [
     (_drop("slice"), "missing_field:slice"),
     (_drop("sound"), "missing_field:sound"),
+    (_drop("evidence"), "missing_field:evidence"),
+    (lambda r: {**r, "evidence": "Doc 1(Title: A) a."}, "bad_evidence"),
+    (lambda r: {**r, "evidence": [1]}, "bad_evidence"),
     (lambda r: {**r, "sound": "yes"}, "bad_sound"),
     (lambda r: {**r, "sound": 1}, "bad_sound"),
     (lambda r: {**r, "slice": "  "}, "empty_slice"),

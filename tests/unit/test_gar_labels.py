@@ -12,11 +12,14 @@ from advrag.agents.types import Segment
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.curation.gar_data import replacement, substitutes
 from advrag.curation.gar_labels import (
+    Evidence,
     SliceLabel,
     WorldLexicon,
     balance_labels,
+    capped_evidence,
     discriminator_prompt,
     grounded_judge,
+    information_passages,
     label_slice,
     parse_verdict,
     sft_target,
@@ -176,10 +179,31 @@ def test_parse_verdict_never_raises(text, verdict):
     assert parse_verdict(text) is verdict
 
 
-def test_discriminator_prompt_carries_question_slice_and_format():
-    prompt = discriminator_prompt("Who?", "The spouse of Ada Vell is Bo Rask.")
-    assert prompt.endswith("Question: Who?\nSlice: The spouse of Ada Vell is Bo Rask.\n")
+def test_discriminator_prompt_carries_question_evidence_slice_and_format():
+    prompt = discriminator_prompt("Who?", "The spouse of Ada Vell is Bo Rask.",
+                                  "Doc 1(Title: Ada Vell) Ada Vell was married to Bo Rask.")
+    assert prompt.endswith("Question: Who?\nPassages retrieved before the slice:\nDoc 1(Title: "
+                           "Ada Vell) Ada Vell was married to Bo Rask.\nSlice: The spouse of "
+                           "Ada Vell is Bo Rask.\n")
     assert "Analysis:" in prompt and "Verdict:" in prompt and "Rationale:" in prompt
+    assert "before the slice:\n(none)\nSlice: x" in discriminator_prompt("Who?", "x")
+
+
+def test_information_passages_are_the_blocks_lines_without_hints_or_repeats():
+    blocks = ["\n\n<information>Doc 1(Title: A) a.\nDoc 2(Title: B) b.</information>\n\n",
+              "\nMy previous action is invalid. ...\n",
+              "\n\n<information>Doc 1(Title: A) a.\nDoc 2(Title: C) c.</information>\n\n"]
+    assert information_passages(blocks) == ["Doc 1(Title: A) a.", "Doc 2(Title: B) b.",
+                                             "Doc 2(Title: C) c."]
+
+
+def test_the_evidence_cap_keeps_the_latest_passages_and_counts_the_rest():
+    passages = ["one two three", "four five", "six"]  # 3, 2 and 1 words, +1 a line break each
+    assert capped_evidence(passages, words, 100) == Evidence("one two three\nfour five\nsix", 0)
+    assert capped_evidence(passages, words, 5) == Evidence("four five\nsix", 1)
+    assert capped_evidence(passages, words, 4) == Evidence("six", 2)
+    assert capped_evidence(passages, words, 1) == Evidence("(none)", 3)
+    assert capped_evidence([], words, 100) == Evidence("(none)", 0)
 
 
 # ---------------------------------------------------------------- real transcripts

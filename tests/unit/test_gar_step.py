@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from fakes import ScriptedGenerator
 
 from advrag.agents.types import Trajectory
 from advrag.core.gar_rewards import reasoner_reward
@@ -14,6 +15,7 @@ from advrag.recipes.gar.step import (
     Slice,
     discriminator_metrics,
     generated_slices,
+    judge,
     judged_slices,
     judgment_rewards,
     judgment_scores,
@@ -101,13 +103,29 @@ def test_generated_slices_come_from_the_policy_reasoning_of_each_rollout():
     a, b = Trajectory(), Trajectory()
     a.add("<prompt>", "prompt")
     a.add("<think> First step. </think><search> x </search>", "policy")
-    a.add("<information> Doc text. </information>", "env")
+    a.add("\n\n<information>Doc 1(Title: X) Doc text.</information>\n\n", "env")
+    a.add("<think> So it is y. </think><answer> y </answer>", "policy")
     b.add("<think> Only thought. </think><answer> y </answer>", "policy")
     records = [QARecord("q1", "Q1?", ["y"]), QARecord("q2", "Q2?", ["y"])]
     slices = generated_slices([a, b], records, lambda text: len(text.split()), max_tokens=50,
                               min_tokens=0)
-    assert [(s.question_id, s.trajectory) for s in slices] == [("q1", 0), ("q2", 1)]
+    assert [(s.question_id, s.trajectory) for s in slices] == [("q1", 0), ("q1", 0), ("q2", 1)]
     assert all("Doc text" not in s.text for s in slices)
+    assert [s.evidence for s in slices] == [(), ("Doc 1(Title: X) Doc text.",), ()]
+
+
+def test_the_judge_prompt_shows_each_slice_its_passages_within_the_cap():
+    generator = ScriptedGenerator({}, default="Analysis: ok.\nVerdict: yes\nRationale: ok.")
+    read = ("Doc 1(Title: X) one two three", "Doc 2(Title: Y) four")
+    slices = [Slice("q", "Q?", "It is y.", 0, read), Slice("q", "Q?", "First, x.", 0)]
+    judgments, probs, left_out = judge(generator, lambda p, o: [0.5] * len(p), slices,
+                                       max_tokens=8, count_tokens=lambda t: len(t.split()),
+                                       evidence_tokens=5)
+    first, second = generator.calls[0]
+    assert "before the slice:\nDoc 2(Title: Y) four\nSlice: It is y." in first  # 4 words + 1
+    assert "before the slice:\n(none)\nSlice: First, x." in second
+    assert left_out == 1 and probs == [0.5, 0.5]
+    assert [j.segments[0].text for j in judgments] == [first, second]
 
 
 def test_reference_draws_cycle_a_short_pool_and_are_seeded():

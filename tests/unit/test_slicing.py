@@ -13,6 +13,7 @@ from advrag.curation.slicing import (
     MIN_SLICE_TOKENS,
     reasoning_text,
     slice_reasoning,
+    slices_with_evidence,
 )
 
 
@@ -168,6 +169,30 @@ def test_reasoning_text_reads_only_the_policys_think_blocks():
         ("<think> The year is 1901.\nSo it is 1901. </think>\n<answer> 1901 </answer>", "policy"),
     )
     assert reasoning_text(traj) == "I need the year.\n\nThe year is 1901.\nSo it is 1901."
+
+
+def test_each_slice_carries_what_its_episode_had_returned_before_it():
+    first = "\n\n<information>Doc 1(Title: T) The year is 1901.</information>\n\n"
+    second = "\n\n<information>Doc 1(Title: U) U is in Ost.</information>\n\n"
+    traj = _trajectory(
+        ("Question: q", "prompt"),
+        ("<think> I need the year of T first. </think>\n<search> T </search>", "policy"),
+        (first, "env"),
+        ("<think> The year of T is 1901. </think>\n<search> U </search>", "policy"),
+        (second, "env"),
+        ("<think> So U is in Ost. </think>\n<answer> Ost </answer>", "policy"),
+    )
+    # min_tokens 0: one slice per think block, each with the blocks returned before it
+    assert slices_with_evidence(traj, words, max_tokens=320, min_tokens=0) == [
+        ("I need the year of T first.", ()),
+        ("The year of T is 1901.", (first,)),
+        ("So U is in Ost.", (first, second)),
+    ]
+    # a slice merged across a turn carries what was returned before its last part
+    merged = slices_with_evidence(traj, words, max_tokens=13, min_tokens=8)
+    assert [text for text, _ in merged] == [
+        "I need the year of T first.\n\nThe year of T is 1901.", "So U is in Ost."]
+    assert [read for _, read in merged] == [(first,), (first, second)]
 
 
 def test_reasoning_text_skips_think_inside_a_hallucinated_information_block():

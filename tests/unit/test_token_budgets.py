@@ -156,6 +156,20 @@ def test_a_config_too_short_for_its_episodes_is_refused_naming_the_fix(smollm2_c
         recipe.check_token_budgets(count, chat_prompt, questions, passages)
 
 
+def test_a_discriminator_too_short_for_a_judgment_with_its_passages_is_refused(smollm2_counter):
+    count, chat_prompt = smollm2_counter
+    passages, questions = world_data(WorldConfig(seed=13))
+    recipe = recipe_for(ROOT / "configs/gar.yaml", {"discriminator_optim": {"max_seq_len": 1024}})
+    with pytest.raises(ConfigError, match=r"discriminator's max_seq_len = 1024 cannot hold a "
+                                          r"judgment: prompt \d+ \+ evidence_tokens 768 \+ "
+                                          r"max_slice_tokens 320 \+ max_judge_tokens 128 = \d+ "
+                                          r"tokens; raise discriminator_optim.max_seq_len"):
+        recipe.check_token_budgets(count, chat_prompt, questions, passages)
+    lean = recipe_for(ROOT / "configs/gar.yaml", {"discriminator_optim": {"max_seq_len": 1024},
+                                                 "evidence_tokens": 256})
+    lean.check_token_budgets(count, chat_prompt, questions, passages)  # 256 + 320 + 128 + prompt
+
+
 class CutsEveryOther(Scripted):
     """Reports every other completion as cut by ``max_new_tokens`` (as the engines do)."""
 

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from advrag.config.base import OverridesOf
 from advrag.config.engine import TrainConfig
+from advrag.config.gar import evidence_tokens_field
 from advrag.config.rl import RLRunConfig
 from advrag.curation.slicing import MIN_SLICE_TOKENS
 
@@ -61,6 +62,7 @@ class GarConfig(RLRunConfig):
         MIN_SLICE_TOKENS, ge=0, description="Fewest tokens per slice (App. F.1's range; the floor "
         "is ours, as the discriminator data's): shorter pieces merge with a neighbour.")
     max_judge_tokens: int = Field(128, ge=8, description="GAR's K: most tokens per judgment.")
+    evidence_tokens: int = evidence_tokens_field()
     slice_score: Literal["verdict", "p_yes"] = Field(
         "verdict", description="r_s of a judgment: its written verdict, 1 = yes, 0 = no (the "
         "paper's), or P(yes) at its verdict (ours); without a verdict its slice earns 0.")

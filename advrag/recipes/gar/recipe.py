@@ -22,7 +22,7 @@ from pathlib import Path
 
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
-from advrag.config import TrainConfig
+from advrag.config import ConfigError, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, update_compiled
 from advrag.recipes.gar.config import GarConfig
@@ -66,6 +66,28 @@ class GarRecipe(Recipe):
         from advrag.recipes.grpo.recipe import search_demonstrations
 
         return search_demonstrations(self.config, records, retriever, chat_prompt)
+
+    def check_token_budgets(self, count, chat_prompt, questions: Sequence[QARecord],
+                            passages) -> None:
+        """The reasoner's budgets (``Recipe``'s), then the discriminator's: its RL update must
+        hold a judgment of the longest question's slice (``max_slice_tokens``) with its passages
+        (``evidence_tokens``) and ``max_judge_tokens`` of verdict."""
+        from advrag.curation.gar_labels import discriminator_prompt
+
+        super().check_token_budgets(count, chat_prompt, questions, passages)
+        c = self.config
+        if c.discriminator == "none":
+            return
+        prompt = max(count(chat_prompt(discriminator_prompt(q.question, "", "")))
+                     for q in questions)
+        need = prompt + c.evidence_tokens + c.max_slice_tokens + c.max_judge_tokens
+        budget = (c.optim.model_dump() | c.discriminator_optim)["max_seq_len"]
+        if budget < need:
+            raise ConfigError(
+                f"{self.name}: the discriminator's max_seq_len = {budget} cannot hold a judgment: "
+                f"prompt {prompt} + evidence_tokens {c.evidence_tokens} + max_slice_tokens "
+                f"{c.max_slice_tokens} + max_judge_tokens {c.max_judge_tokens} = {need} tokens; "
+                f"raise discriminator_optim.max_seq_len to at least {need} (or lower those)")
 
     def build(self, start_model: str) -> None:
         """Adapters on one base (the SFT discriminator loaded), trainers, samplers, the scorer."""
@@ -113,17 +135,16 @@ class GarRecipe(Recipe):
     def reference_slices(self, record: QARecord, retriever: Retriever) -> list:
         """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""
         from advrag.curation.demonstrations import build_demonstrations
-        from advrag.curation.slicing import reasoning_text, slice_reasoning
-        from advrag.recipes.gar.step import Slice
+        from advrag.recipes.gar.step import trajectory_slices
 
         if record.id not in self.references:
             c, chat = self.config, self.generators["reasoner"].chat_prompt
             demos = build_demonstrations([record], retriever, chat, topk=c.topk,
                                          max_turns=c.max_turns)
             self.references[record.id] = [
-                Slice(record.id, record.question, text, None) for demo in demos
-                for text in slice_reasoning(reasoning_text(demo), self.count_tokens,
-                                            c.max_slice_tokens, c.min_slice_tokens)]
+                s for demo in demos for s in trajectory_slices(
+                    demo, record, None, self.count_tokens, c.max_slice_tokens,
+                    c.min_slice_tokens)]
         return self.references[record.id]
 
     def describe(self, metrics: dict[str, float]) -> str:

@@ -43,8 +43,13 @@ from advrag.core.gar_rewards import (
     slice_score,
 )
 from advrag.core.rewards import ANSWER_METRICS
-from advrag.curation.gar_labels import discriminator_prompt, parse_verdict
-from advrag.curation.slicing import reasoning_text, slice_reasoning
+from advrag.curation.gar_labels import (
+    capped_evidence,
+    discriminator_prompt,
+    information_passages,
+    parse_verdict,
+)
+from advrag.curation.slicing import slices_with_evidence
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.gar.config import GarConfig
@@ -53,21 +58,31 @@ from advrag.recipes.grpo.step import rollout, rollout_metrics
 
 @dataclass(frozen=True)
 class Slice:
-    """One slice to judge: its text, the question, and where it came from."""
+    """One slice to judge: its text, the question, the passages its episode had retrieved
+    before it, and where it came from."""
 
     question_id: str
     question: str
     text: str
     trajectory: int | None  # index of the generating rollout; None for a reference slice
+    evidence: tuple[str, ...] = ()  # gar_labels.information_passages of what it was written after
+
+
+def trajectory_slices(trajectory: Trajectory, record: QARecord, index: int | None,
+                      count_tokens: Callable[[str], int], max_tokens: int,
+                      min_tokens: int) -> list[Slice]:
+    """One trajectory's reasoning slices, each with the passages retrieved before it."""
+    return [Slice(record.id, record.question, text, index, tuple(information_passages(read)))
+            for text, read in slices_with_evidence(trajectory, count_tokens, max_tokens,
+                                                   min_tokens)]
 
 
 def generated_slices(trajectories: Sequence[Trajectory], records: Sequence[QARecord],
                      count_tokens: Callable[[str], int], max_tokens: int,
                      min_tokens: int) -> list[Slice]:
     """Every rollout's reasoning slices, in rollout order."""
-    return [Slice(r.id, r.question, text, i)
-            for i, (t, r) in enumerate(zip(trajectories, records, strict=True))
-            for text in slice_reasoning(reasoning_text(t), count_tokens, max_tokens, min_tokens)]
+    return [s for i, (t, r) in enumerate(zip(trajectories, records, strict=True))
+            for s in trajectory_slices(t, r, i, count_tokens, max_tokens, min_tokens)]
 
 
 def reference_slices(pool: Sequence[Slice], n: int, seed: int) -> list[Slice]:
@@ -82,9 +97,13 @@ def reference_slices(pool: Sequence[Slice], n: int, seed: int) -> list[Slice]:
 
 
 def judge(generator: TextGenerator, scorer: Callable, slices: Sequence[Slice],
-          max_tokens: int) -> tuple[list[Trajectory], list[float | None]]:
-    """The discriminator's judgment of every slice, as trajectories, and P(yes) of each."""
-    prompts = [generator.chat_prompt(discriminator_prompt(s.question, s.text)) for s in slices]
+          max_tokens: int, count_tokens: Callable[[str], int],
+          evidence_tokens: int) -> tuple[list[Trajectory], list[float | None], int]:
+    """The discriminator's judgment of every slice (its prompt carries the slice's passages
+    within ``evidence_tokens``), as trajectories; P(yes) of each; the passages the cap left out."""
+    evidence = [capped_evidence(s.evidence, count_tokens, evidence_tokens) for s in slices]
+    prompts = [generator.chat_prompt(discriminator_prompt(s.question, s.text, e.text))
+               for s, e in zip(slices, evidence, strict=True)]
     outputs = generator.generate(prompts, max_new_tokens=max_tokens) if prompts else []
     judgments = []
     for prompt, output in zip(prompts, outputs, strict=True):
@@ -92,7 +111,8 @@ def judge(generator: TextGenerator, scorer: Callable, slices: Sequence[Slice],
         t.add(prompt, "prompt")
         t.add(output, "policy")
         judgments.append(t)
-    return judgments, scorer(prompts, outputs) if prompts else []
+    return (judgments, scorer(prompts, outputs) if prompts else [],
+            sum(e.left_out for e in evidence))
 
 
 def judged_slices(slices: Sequence[Slice], judgments: Sequence[Trajectory],
@@ -186,7 +206,9 @@ def _judge_and_train_discriminator(trainers, generators, trajectories, repeated,
     generated = generated_slices(trajectories, repeated, count_tokens, config.max_slice_tokens,
                                  config.min_slice_tokens)
     slices = generated + reference_slices(references, len(generated), seed=step)
-    judgments, probs = judge(generators["discriminator"], scorer, slices, config.max_judge_tokens)
+    judgments, probs, left_out = judge(generators["discriminator"], scorer, slices,
+                                       config.max_judge_tokens, count_tokens,
+                                       config.evidence_tokens)
     scores = judgment_scores(judgments, probs, config.slice_score)
     correct = [m >= 1.0 for m in answer_scores]
     if slice_log is not None:
@@ -195,7 +217,8 @@ def _judge_and_train_discriminator(trainers, generators, trajectories, repeated,
                                            for kind in ("reference", "generated")},
                           "judged": judged_slices(slices, judgments, probs, correct)})
     rewards = judgment_rewards(slices, probs, scores, correct, config)
-    metrics |= discriminator_metrics(slices, probs, scores, correct, rewards)
+    metrics |= discriminator_metrics(slices, probs, scores, correct, rewards) | {
+        "slices/evidence_left_out": float(left_out)}
     if "discriminator" in trainers and slices:
         trainer = trainers["discriminator"]
         result = trainer.update(judgments, torch.tensor(rewards), [s.question_id for s in slices])
