@@ -56,7 +56,8 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
                       "config.hash": config_hash(config), "base": base,
                       **{f"heldout.{k}": f"{v:.4f}" for k, v in metrics.items()}}
         version = steps.register(config, run_id, adapter_dir, model_dir, provenance)
-    print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f}; held-out "
+    print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f} (by "
+          f"held-out AUROC); held-out "
           f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, "
           f"AUROC {auroc_text(metrics['auroc'])}, "
           f"{metrics['malformed']:.0f} malformed → {config.registered_model} v{version}")

@@ -132,14 +132,34 @@ def _train_epoch(policy, optimizer, tokenizer, examples: list, config: Discrimin
     return history
 
 
+def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> float:
+    """AUROC of P(yes) on held-out judge examples: the judge writes greedily up to its
+    "Verdict:" (at most as many tokens as the example's target) and P(yes) is read there, as
+    ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts 0.5."""
+    from sklearn.metrics import roc_auc_score
+
+    from advrag.engines.local.dual import agent_generator
+    from advrag.engines.local.verdicts import VERDICT, verdict_probabilities
+
+    prompts = [j.segments[0].text for j in judgments]
+    limit = max(len(tokenizer(j.segments[1].text, add_special_tokens=False).input_ids)
+                for j in judgments)
+    generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
+    outputs = generator.generate(prompts, max_new_tokens=limit, stop=[VERDICT])
+    p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
+    return float(roc_auc_score(sound, [0.5 if p is None else p for p in p_yes]))
+
+
 @task(cache_policy=NO_CACHE)
 def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
              run_id: str) -> dict[str, float]:
-    """SFT with early stopping on the held-out loss; the best epoch's adapter is saved and kept.
+    """SFT with early stopping on the held-out AUROC (``heldout_auroc``: how well P(yes) ranks
+    sound above unsound slices, what GAR's rewards read; the loss can fall while the verdicts
+    stay at chance); the best epoch's adapter is saved and kept.
 
-    Returns the best epoch (from 1), its held-out loss and the epochs run.
+    Returns the best epoch (from 1), its held-out AUROC and loss, and the epochs run.
     The adapter goes to ``checkpoint_dir/adapter`` (atomically) whenever the
-    held-out loss improves, and is loaded back at the end.
+    held-out AUROC improves, and is loaded back at the end.
     """
     from advrag.common.fileio import atomic_dir
     from advrag.engines.local.generation import HFGenerator
@@ -157,26 +177,31 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
               "sft/evidence_left_out); raise it to show them")
     refuse_cut(train + held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
                "judge examples (slice, its passages and the verdict)")
+    sound = [r["sound"] for r in rows if r["split"] == "heldout"]
     optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
-    best, best_epoch, step, adapter = math.inf, 0, 0, config.checkpoint_dir / "adapter"
+    best, best_epoch, step, adapter = {"auroc": -math.inf}, 0, 0, config.checkpoint_dir / "adapter"
     with console.progress("discriminator SFT", len(train) * config.sft.epochs, "slices") as bar:
         for epoch in range(config.sft.epochs):
             for metrics in _train_epoch(policy, optimizer, tokenizer, train, config, epoch, bar):
                 tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in metrics.items()}, step=step)
                 step += 1
-            loss = judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
-                                 micro_batch_size=config.sft.micro_batch_size)
-            tracking.log_metrics(run_id, {"sft/heldout_loss": loss}, step=epoch)
-            print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out loss {loss:.4f}")
-            bar.set_postfix_str(f"held-out loss {loss:.3f}", refresh=False)
-            if loss < best:
-                best, best_epoch = loss, epoch
+            scores = {"auroc": heldout_auroc(policy, tokenizer, held, sound),
+                      "loss": judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
+                                            micro_batch_size=config.sft.micro_batch_size)}
+            tracking.log_metrics(run_id, {f"sft/heldout_{k}": v for k, v in scores.items()},
+                                 step=epoch)
+            print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out AUROC {scores['auroc']:.3f}, "
+                  f"loss {scores['loss']:.4f}")
+            bar.set_postfix_str(f"held-out AUROC {scores['auroc']:.3f}", refresh=False)
+            if scores["auroc"] > best["auroc"]:
+                best, best_epoch = scores, epoch
                 with atomic_dir(adapter) as tmp:
                     policy.save_weights(tmp)
             elif epoch - best_epoch >= config.patience:
                 break
     policy.load_weights(adapter)
-    return {"best_epoch": float(best_epoch + 1), "heldout_loss": best, "epochs_run": float(epoch + 1)}
+    return {"best_epoch": float(best_epoch + 1), "heldout_auroc": best["auroc"],
+            "heldout_loss": best["loss"], "epochs_run": float(epoch + 1)}
 
 
 @task(cache_policy=NO_CACHE)

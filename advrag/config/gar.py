@@ -65,8 +65,8 @@ class DiscriminatorSFTConfig(Strict):
         description="SFT settings; epochs is the most that run (early stopping may end sooner). "
         "Paper: lr 1e-4, 500 steps of batch 128.",
     )
-    patience: int = Field(1, ge=1, description="Stop after this many epochs without a lower "
-                          "held-out loss; the best epoch's adapter is kept.")
+    patience: int = Field(1, ge=1, description="Stop after this many epochs without a higher "
+                          "held-out AUROC of P(yes); the best epoch's adapter is kept.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(True, description=AMX_ATTENTION)
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "

@@ -47,8 +47,13 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
         assert f"heldout/{key}" in run.data.metrics, key
         assert run.data.metrics[f"heldout/{key}"] == pytest.approx(result["metrics"][key],
                                                                    nan_ok=True)
-    losses = [m.value for m in client.get_metric_history(result["run_id"], "sft/heldout_loss")]
-    assert result["training"]["heldout_loss"] == pytest.approx(min(losses))
+    history = {k: [m.value for m in sorted(client.get_metric_history(result["run_id"],
+                                                                      f"sft/heldout_{k}"),
+                                            key=lambda m: m.step)] for k in ("auroc", "loss")}
+    best = int(result["training"]["best_epoch"]) - 1  # the first epoch of the highest AUROC
+    assert history["auroc"].index(max(history["auroc"])) == best
+    assert result["training"]["heldout_auroc"] == pytest.approx(history["auroc"][best])
+    assert result["training"]["heldout_loss"] == pytest.approx(history["loss"][best])
     assert client.get_metric_history(result["run_id"], "sft/loss")
     assert {"heldout/confusion.png", "heldout/judgments.json"} <= {
         a.path for a in client.list_artifacts(result["run_id"], "heldout")}
