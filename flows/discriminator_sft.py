@@ -5,7 +5,7 @@ labelled by the configured judge (``judge:`` grounded, or an LLM behind an
 OpenAI-compatible server whose malformed judgments are counted and dropped),
 balanced 1:1, split by question → GX gate
 (atomic write) → LoRA SFT of the adapter "discriminator" with early stopping on
-the held-out loss → held-out accuracy, F1, AUROC of P(yes), malformed count →
+the held-out AUROC of P(yes) → held-out accuracy, F1, AUROC of P(yes), malformed count →
 the adapter (for ``AdapterPolicy.load_weights``) and the merged model,
 registered. Runs on its own (`advrag discriminator-sft`) and as the pipeline's
 stage, nested under its run. The slice set alone is the flow `gar-slices`
@@ -59,7 +59,8 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
     print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f} (by "
           f"held-out AUROC); held-out "
           f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, "
-          f"AUROC {auroc_text(metrics['auroc'])}, "
+          f"AUROC {auroc_text(metrics['auroc'])} ({auroc_text(metrics['auroc_all'])} over every "
+          "slice, one with no verdict at 0.5), "
           f"{metrics['malformed']:.0f} malformed → {config.registered_model} v{version}")
     return {"run_id": run_id, "adapter_dir": str(adapter_dir), "model_dir": str(model_dir),
             "version": version, "slices": str(path), "slices_version": slices_version,

@@ -45,16 +45,39 @@ def slice_set(config: DiscriminatorSFTConfig, policy,
     from advrag.retrieval.retriever import load_retriever
 
     records = load_qa(config.world_dir / "train.jsonl")[:config.questions]
-    demos = build_demonstrations(records, load_retriever(config.index_dir, kind="dense"),
+    retriever = load_retriever(config.index_dir, kind="dense")
+    demos = build_demonstrations(records, retriever,
                                  HFGenerator(policy.model, tokenizer).chat_prompt,
                                  topk=config.topk, max_turns=config.max_turns)
     lexicon = read_lexicon(config.world_dir, records)
     judge = make_slice_judge(config.judge, lexicon)
     rows = build_slice_set(records, demos, lexicon, token_counter(tokenizer),
                            max_tokens=config.max_slice_tokens, seed=config.seed,
-                           heldout_fraction=config.heldout_fraction, judge=judge)
+                           heldout_fraction=config.heldout_fraction, judge=judge,
+                           rollouts=sampled_rollouts(config, policy, tokenizer, records, retriever))
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
     return rows, heldout, judge_counts(judge)
+
+
+def sampled_rollouts(config: DiscriminatorSFTConfig, policy, tokenizer, records: list[QARecord],
+                     retriever) -> list:
+    """``config.rollouts`` Search-R1 rollouts of each record sampled from ``policy`` before its
+    SFT (its adapter is still zero: the base, i.e. the start policy), temperature 1."""
+    from advrag.agents.search_loop import run_search_agent
+    from advrag.engines.local.dual import agent_generator
+
+    if not config.rollouts:
+        return []
+    generator = agent_generator(policy, tokenizer, temperature=1.0, batch_size=32)
+    questions = [r.question for r in records for _ in range(config.rollouts)]
+    with console.progress("rollouts to label", len(questions), "rollouts") as bar:
+        out = []
+        for start in range(0, len(questions), 32):
+            out += run_search_agent(questions[start:start + 32], generator, retriever,
+                                    max_turns=config.max_turns, topk=config.topk,
+                                    max_new_tokens=config.rollout_max_new_tokens)
+            bar.update(len(questions[start:start + 32]))
+    return out
 
 
 @task(cache_policy=NO_CACHE)
@@ -135,11 +158,10 @@ def _train_epoch(policy, optimizer, tokenizer, examples: list, config: Discrimin
 def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> float:
     """AUROC of P(yes) on held-out judge examples: the judge writes greedily up to its
     "Verdict:" (at most as many tokens as the example's target) and P(yes) is read there, as
-    ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts 0.5."""
-    from sklearn.metrics import roc_auc_score
-
+    ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts 0.5
+    (``judgment_metrics``' ``auroc_all``)."""
     from advrag.engines.local.dual import agent_generator
-    from advrag.engines.local.verdicts import VERDICT, verdict_probabilities
+    from advrag.engines.local.verdicts import VERDICT, judgment_metrics, verdict_probabilities
 
     prompts = [j.segments[0].text for j in judgments]
     limit = max(len(tokenizer(j.segments[1].text, add_special_tokens=False).input_ids)
@@ -147,7 +169,7 @@ def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> floa
     generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
     outputs = generator.generate(prompts, max_new_tokens=limit, stop=[VERDICT])
     p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
-    return float(roc_auc_score(sound, [0.5 if p is None else p for p in p_yes]))
+    return judgment_metrics(sound, [None] * len(sound), p_yes)["auroc_all"]
 
 
 @task(cache_policy=NO_CACHE)
@@ -207,7 +229,8 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
 @task(cache_policy=NO_CACHE)
 def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
              run_id: str) -> dict[str, float]:
-    """Greedy judgments (≤ K tokens) of the held-out slices: accuracy, F1, AUROC, malformed."""
+    """Greedy judgments (≤ K tokens) of the held-out slices: accuracy, F1, AUROC, malformed,
+    over all of them and per source (``<source>/<metric>``: demonstration, corrupted, rollout)."""
     from advrag.curation.gar_data import row_prompt
     from advrag.curation.gar_labels import parse_verdict
     from advrag.engines.local.dual import agent_generator
@@ -223,6 +246,11 @@ def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     verdicts = [parse_verdict(o) for o in outputs]
     p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
     metrics = judgment_metrics([r["sound"] for r in held], verdicts, p_yes) | {"n": len(held)}
+    for source in sorted({r["source"] for r in held}):
+        rows_of = [i for i, r in enumerate(held) if r["source"] == source]
+        metrics |= {f"{source}/{k}": v for k, v in judgment_metrics(
+            [held[i]["sound"] for i in rows_of], [verdicts[i] for i in rows_of],
+            [p_yes[i] for i in rows_of]).items()} | {f"{source}/n": len(rows_of)}
     tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in metrics.items()})
     tracking.log_figure(run_id, confusion_figure([r["sound"] for r in held], verdicts),
                         "heldout/confusion.png")

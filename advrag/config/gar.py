@@ -82,6 +82,12 @@ class DiscriminatorSFTConfig(Strict):
     topk: int = Field(3, ge=1, description="Passages per search in the demonstrations.")
     max_turns: int = Field(4, ge=1, description="Demonstrations of chains longer than this are "
                            "skipped (searches per rollout).")
+    rollouts: int = Field(0, ge=0, description="Rollouts of each question sampled from the base "
+                          "(the start policy, temperature 1) whose slices the judge labels and "
+                          "adds, so the discriminator also learns from and is measured on the "
+                          "reasoner's own reasoning; 0 = demonstrations and corrupted copies only.")
+    rollout_max_new_tokens: int = Field(128, ge=1, description="Tokens per turn of those "
+                                        "rollouts (the RL config's max_new_tokens).")
     world_dir: Path = Field(Path("data/world"), description="The offline world's files.")
     index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
     out_dir: Path = Field(Path("processed/gar_slices"), description="The slice set "

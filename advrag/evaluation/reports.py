@@ -317,7 +317,9 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
                   f"verdicts (what GAR's slice reward reads) accuracy {m['accuracy']:.3f}, F1 "
                   f"{m['f1']:.3f}, {m.get('malformed', 0):.0f} malformed; P(yes) at its verdict "
                   f"(what R_d reads) accuracy {m.get('p_yes_accuracy', math.nan):.3f}, "
-                  f"AUROC {auroc_text(m['auroc'])}."]
+                  f"AUROC {auroc_text(m['auroc'])}"
+                  + (f" ({auroc_text(m['auroc_all'])} over every slice, one with no verdict "
+                     "at 0.5)." if "auroc_all" in m else ".")]
     lines += ["", f"Registry: v{decision['version']} → {decision['alias']} — "
               f"{decision.get('promotion.reason', '')}"]
     return "\n".join(lines)

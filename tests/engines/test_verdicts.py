@@ -115,7 +115,11 @@ def test_judgment_metrics_count_malformed_outputs_as_wrong():
     # yes: precision 1/2, recall 1/2 → F1 1/2; no: precision 1, recall 1/2 → F1 2/3
     assert metrics["f1"] == pytest.approx((0.5 + 2 / 3) / 2)
     assert metrics["auroc"] == 1.0  # 0.9 (sound) above 0.2 and 0.6 (unsound)
+    # every output ranked, the unread one at 0.5: sound (0.9, 0.5) against unsound (0.2, 0.6):
+    # pairs won 0.9>0.2, 0.9>0.6, 0.5>0.2; lost 0.5<0.6 → 3/4
+    assert metrics["auroc_all"] == 0.75
     # P(yes) ≥ 0.5: 0.9 right, None wrong, 0.2 right, 0.6 wrong → 2/4
     assert metrics["p_yes_accuracy"] == 0.5
     assert judgment_metrics([True, False], [None, None], [0.5, 0.4])["p_yes_accuracy"] == 1.0
     assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc"])  # one label: undefined
+    assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc_all"])

@@ -30,7 +30,7 @@ def config(tmp_path, world, index, policy) -> DiscriminatorSFTConfig:
         sft={"lr": 1e-2, "epochs": 3, "batch_size": 8, "micro_batch_size": 8, "max_seq_len": 2048},
         max_new_tokens=12, questions=12, heldout_fraction=0.25, world_dir=world, index_dir=index,
         out_dir=tmp_path / "slices", checkpoint_dir=tmp_path / "ckpt", experiment="disc-test",
-        registered_model="tiny-discriminator")
+        registered_model="tiny-discriminator", rollouts=1, rollout_max_new_tokens=8)
 
 
 def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
@@ -62,6 +62,10 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
     rows = [json.loads(line) for line in (tmp_path / "slices" / "slices.jsonl").read_text().splitlines()]
     held = [r for r in rows if r["split"] == "heldout"]
     assert result["metrics"]["n"] == len(held) > 0
+    assert {r["source"] for r in rows} == {"demonstration", "corrupted", "rollout"}
+    for source in {r["source"] for r in held}:  # each source's own held-out measure
+        assert result["metrics"][f"{source}/n"] == sum(r["source"] == source for r in held)
+        assert f"heldout/{source}/auroc" in run.data.metrics
     assert sum(r["sound"] for r in rows) * 2 == len(rows)
     version = hashlib.sha256((tmp_path / "slices" / "slices.jsonl").read_bytes()).hexdigest()
     assert run.data.tags["data.slices.version"] == result["slices_version"] == version

@@ -60,6 +60,9 @@ def test_pipeline_table_reports_both_judge_readings_and_the_decision():
     judge["metrics"]["auroc"] = float("nan")  # judgment_metrics: one label among the scored
     assert "AUROC n/a (the slices with a P(yes) hold one label)." in pipeline_markdown(
         {}, judge, decision)
+    judge["metrics"]["auroc_all"] = 0.5  # every slice ranked, those without a verdict at 0.5
+    assert ("AUROC n/a (the slices with a P(yes) hold one label) (0.500 over every slice, one "
+            "with no verdict at 0.5).") in pipeline_markdown({}, judge, decision)
 
 
 def test_pipeline_table_prints_the_rl_reward_terms_per_update():

@@ -109,8 +109,10 @@ def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
     """Accuracy, macro F1 over yes/no, AUROC of P(yes), the malformed count, and the
     accuracy of P(yes) ≥ 0.5.
 
-    A malformed output (no verdict) is wrong for accuracy and F1; AUROC ranks the
-    outputs that have a P(yes) and is NaN unless both labels are among them.
+    A malformed output (no verdict) is wrong for accuracy and F1; ``auroc`` ranks the
+    outputs that have a P(yes) and is NaN unless both labels are among them; ``auroc_all``
+    ranks every output, one without a P(yes) at 0.5 (no information either way, as GAR's
+    rewards read it), so a judge cannot look better by writing fewer verdicts.
     ``p_yes_accuracy`` reads the judgment GAR's rewards use, P(yes) at "Verdict:",
     instead of the written word: an output with "Verdict:" but no parsable yes/no
     still has one; an output without "Verdict:" is wrong.
@@ -126,6 +128,8 @@ def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
         "f1": float(f1_score(truth, said, labels=["yes", "no"], average="macro", zero_division=0)),
         "auroc": float(roc_auc_score([s for s, _ in scored], [p for _, p in scored]))
         if both else math.nan,
+        "auroc_all": float(roc_auc_score(list(sound), [0.5 if p is None else p for p in p_yes]))
+        if len(set(sound)) == 2 else math.nan,
         "malformed": float(said.count("malformed")),
         "p_yes_accuracy": sum(p is not None and (p >= 0.5) == s for s, p in zip(sound, p_yes))
         / max(len(sound), 1),

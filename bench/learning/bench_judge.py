@@ -1,0 +1,92 @@
+"""GAR's judge against the evidence: held-out AUROC on slices of held-out questions.
+
+    python bench/learning/bench_judge.py --start PATH [--name NAME] [--questions N]
+        [--heldout-fraction F] [--rollouts K] [--epochs E]
+
+Runs the ``discriminator-sft`` flow (``configs/discriminator.yaml`` with these overrides) on the
+world's training questions from ``--start`` (the chosen warm-up: the policy GAR trains and whose
+rollouts, ``--rollouts K`` of each question, add slices of its own reasoning). The flow labels the
+slices with the grounded judge, splits them by question, fine-tunes the judge with early stopping
+on the held-out AUROC and measures the kept epoch on the held-out slices. Writes
+``bench/results/judge-<name>.json``: the held-out measures over all slices and per source
+(demonstration, corrupted, rollout), the slice counts per split and source, each epoch's held-out
+AUROC and loss, and the passages the evidence cap left out. The protocol and its targets are in
+``docs/gar-experiments.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from advrag.config import DiscriminatorSFTConfig, load_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from inputs import offline_world
+from reporting import write_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def judge_config(args: argparse.Namespace) -> DiscriminatorSFTConfig:
+    """``configs/discriminator.yaml`` with the run's overrides, in a checkpoint dir of its own."""
+    config = load_config(ROOT / "configs/discriminator.yaml", DiscriminatorSFTConfig)
+    return config.model_copy(update={
+        "questions": args.questions, "heldout_fraction": args.heldout_fraction,
+        "rollouts": args.rollouts, "sft": config.sft.model_copy(update={"epochs": args.epochs}),
+        "checkpoint_dir": ROOT / ".cache/advrag/judge" / args.name,
+        "out_dir": ROOT / ".cache/advrag/judge" / args.name / "slices",
+        "experiment": "advrag-bench-judge"})
+
+
+def epoch_history(run_id: str) -> list[dict[str, float]]:
+    """Each epoch's held-out AUROC and loss, as the run logged them."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    series = {k: sorted(client.get_metric_history(run_id, f"sft/heldout_{k}"),
+                        key=lambda m: m.step) for k in ("auroc", "loss")}
+    return [{"epoch": a.step + 1, "auroc": a.value, "loss": b.value}
+            for a, b in zip(series["auroc"], series["loss"], strict=True)]
+
+
+def evidence_left_out(run_id: str) -> float:
+    """The passages ``evidence_tokens`` left out of the run's judge examples."""
+    import mlflow
+
+    return mlflow.MlflowClient().get_run(run_id).data.metrics["sft/evidence_left_out"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", required=True, help="the start policy (a model directory)")
+    parser.add_argument("--name", default="pipeline")
+    parser.add_argument("--questions", type=int, default=None, help="training questions; all")
+    parser.add_argument("--heldout-fraction", type=float, default=0.5)
+    parser.add_argument("--rollouts", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    args = parser.parse_args()
+    offline_world()
+    from advrag.datasets.records import read_jsonl
+    from advrag.flows.discriminator_sft import discriminator_sft
+
+    config = judge_config(args)
+    result = discriminator_sft(config, base=args.start)
+    rows = list(read_jsonl(result["slices"]))
+    command = (f"python bench/learning/bench_judge.py --start {args.start} --name {args.name} "
+               + (f"--questions {args.questions} " if args.questions else "")
+               + f"--heldout-fraction {args.heldout_fraction} --rollouts {args.rollouts} "
+               f"--epochs {args.epochs}")
+    write_report(ROOT / f"bench/results/judge-{args.name}.json", {
+        "command": command, "start": args.start, "evidence_tokens": config.evidence_tokens,
+        "slices": {f"{split}/{source}": n for (split, source), n in sorted(
+            Counter((r["split"], r["source"]) for r in rows).items())},
+        "heldout": result["metrics"], "training": result["training"],
+        "evidence_left_out": evidence_left_out(result["run_id"]),
+        "epochs": epoch_history(result["run_id"])})
+
+
+if __name__ == "__main__":
+    main()
