@@ -189,6 +189,29 @@ def score_dialogue(
     )
 
 
+def verifier_checks(dialogues: Sequence[Dialogue], scores: Sequence[DialogueScore]
+                    ) -> dict[str, float]:
+    """How the verifier's ``<final_answer>`` treats the reasoner's answer, by EM.
+
+    Of the dialogues whose reasoner answer is wrong (EM 0, a missing answer included):
+    ``flagged_wrong``, the share where the verifier gave an answer other than the reasoner's,
+    and ``corrected_wrong``, the share where the verifier's is right. Of those whose reasoner
+    answer is right: ``confirmed_right``, the share where the verifier's is right too. Each
+    comes with its count (``n_wrong``, ``n_right``); a rate over no dialogue is left out.
+    """
+    wrong = [(d, s) for d, s in zip(dialogues, scores, strict=True) if s.em_reasoner < 1]
+    right = [s for s in scores if s.em_reasoner >= 1]
+    out = {"n_wrong": float(len(wrong)), "n_right": float(len(right))}
+    if wrong:
+        out["flagged_wrong"] = sum(
+            d.verifier_answer is not None and (d.reasoner_answer is None or not exact_match(
+                d.verifier_answer, [d.reasoner_answer])) for d, _ in wrong) / len(wrong)
+        out["corrected_wrong"] = sum(s.em_verifier >= 1 for _, s in wrong) / len(wrong)
+    if right:
+        out["confirmed_right"] = sum(s.em_verifier >= 1 for s in right) / len(right)
+    return out
+
+
 def per_turn_means(
     actions: Sequence[ActionSpan], values: Sequence[float], name: str
 ) -> dict[int, float]:

@@ -20,6 +20,7 @@ from advrag.agents.arr_scoring import (
     per_turn_means,
     score_dialogue,
     split_actions,
+    verifier_checks,
     verifier_turn_docs,
 )
 from advrag.agents.types import Trajectory
@@ -146,6 +147,26 @@ def test_score_dialogue_rewards_both_agents_and_the_ablation():
     assert s.reward_verifier == pytest.approx(2 / 3)
     plain = score_dialogue(d, GOLD, lam=0.5, n_bins=10, adversarial=False)
     assert (plain.reward_reasoner, plain.reward_verifier) == pytest.approx((1.0, 2 / 3))
+
+
+def test_verifier_checks_count_flags_corrections_and_confirmations():
+    def dialogue(reasoner: str | None, verifier: str | None) -> Dialogue:
+        d = Dialogue("Who wrote Hamlet?")
+        d.reasoner.answer, d.verifier.answer = reasoner, verifier
+        return d
+
+    cases = [dialogue("Marlowe", "William Shakespeare"),  # wrong, flagged and corrected
+             dialogue("Marlowe", "Bacon"),                # wrong, flagged, not corrected
+             dialogue("Marlowe", "marlowe"),              # wrong, kept (EM-equal): not flagged
+             dialogue(None, None),                        # no answer on either side: not flagged
+             dialogue("William Shakespeare", "William Shakespeare"),  # right, confirmed
+             dialogue("William Shakespeare", None)]       # right, not confirmed
+    scores = [score_dialogue(d, GOLD, lam=0.5, n_bins=10) for d in cases]
+    checks = verifier_checks(cases, scores)
+    assert checks == {"n_wrong": 4.0, "n_right": 2.0, "flagged_wrong": 2 / 4,
+                      "corrected_wrong": 1 / 4, "confirmed_right": 1 / 2}
+    only_right = verifier_checks(cases[4:], scores[4:])
+    assert "flagged_wrong" not in only_right and only_right["confirmed_right"] == 0.5
 
 
 def test_verifier_beating_the_reasoner_earns_the_bonus_and_broken_grammar_is_penalised():

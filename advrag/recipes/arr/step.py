@@ -61,6 +61,7 @@ from advrag.agents.arr_scoring import (
     per_turn_means,
     score_dialogue,
     split_actions,
+    verifier_checks,
     verifier_turn_docs,
 )
 from advrag.agents.types import GeneratorWrapper
@@ -313,7 +314,7 @@ def _outcome_metrics(dialogues: Sequence[Dialogue], scores: Sequence[DialogueSco
         "verifier/answered_fraction": _mean([d.verifier_answer is not None for d in dialogues]),
         "reasoner/searches": sum(d.reasoner.n_searches for d in dialogues) / n,
         "reasoner/turns": sum(d.reasoner.n_turns for d in dialogues) / n,
-    }
+    } | {f"verifier/{k}": v for k, v in verifier_checks(dialogues, scores).items()}
 
 
 def _process_metrics(per_turn: Sequence[Mapping[str, Mapping[int, float]]], names: Sequence[str],
