@@ -606,6 +606,23 @@ def chaining_warmup_table(report: dict) -> Table:
                     for kind, m in kinds.items() if m["n"]]
 
 
+def judge_table(report: dict) -> Table:
+    """The judge's held-out measures over every slice and per source."""
+    m = report["heldout"]
+
+    def row(label: str, prefix: str) -> list[str]:
+        def value(key: str, fmt: str = "{:.3f}") -> str:
+            x = m.get(prefix + key)
+            return "n/a" if x is None or x != x else fmt.format(x)  # NaN: one label scored
+        return [label, value("n", "{:.0f}"), value("auroc_all"), value("auroc"),
+                value("accuracy"), value("f1"), value("malformed", "{:.0f}")]
+
+    sources = sorted({k.split("/")[0] for k in m if "/" in k})
+    return (["held-out slices", "n", "AUROC (every slice)", "AUROC (with a verdict)", "accuracy",
+             "F1", "malformed"],
+            [row("all", ""), *(row(source, f"{source}/") for source in sources)])
+
+
 def budget_cost_table(report: dict) -> Table:
     """Old and new budgets' median update, side by side, and new / old."""
     keys = ("tokens", "seconds", "rollout_s", "update_s", "searches", "cut_turns",
@@ -654,7 +671,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
-    "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
+    "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "judge": judge_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""
 

@@ -56,6 +56,18 @@ def test_the_trl_table_divides_ours_by_trls(tables, results):
     assert row == "| full+bf16 | 2.50× | 0.40 | 2.00 / 9.00 | 4.00 / 6.00 | 200 / 80 |"
 
 
+def test_the_judge_table_shows_every_slice_and_each_source(tables, tmp_path):
+    nan = float("nan")
+    report = {"heldout": {"n": 4, "auroc_all": 0.75, "auroc": 1.0, "accuracy": 0.5, "f1": 0.4,
+                          "malformed": 1.0, "rollout/n": 2, "rollout/auroc_all": 0.5,
+                          "rollout/auroc": nan, "rollout/accuracy": 0.0, "rollout/f1": 0.0,
+                          "rollout/malformed": 1.0}}
+    (tmp_path / "judge-test.json").write_text(json.dumps(report))
+    rows = tables.render("judge-test.json", results=tmp_path).splitlines()
+    assert rows[2] == "| all | 4 | 0.750 | 1.000 | 0.500 | 0.400 | 1 |"
+    assert rows[3] == "| rollout | 2 | 0.500 | n/a | 0.000 | 0.000 | 1 |"
+
+
 def test_a_ur2_report_is_told_apart_by_its_keys(tables, results):
     row = tables.render("ur2-test-pooled.json", results=results).splitlines()[2]
     assert row == ("| curated − start | +0.050 [-0.010, +0.110] | +0.050 [-0.010, +0.110] | "
