@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from advrag.agents.budgets import (
     Budget,
     Count,
+    EpisodeBound,
     EpisodeShape,
     episode_bound,
     longest_information,
@@ -132,16 +133,22 @@ class Recipe(ABC):
                                   "a warm-up demonstration", shape, c.max_new_tokens))
         return budgets
 
-    def check_token_budgets(self, count: Count, chat_prompt, questions: Sequence[QARecord],
-                            passages: Sequence[Passage]) -> None:
-        """Refuse (``ConfigError``) a budget that cannot hold its episode: ``count`` is the
+    def budget_bounds(self, count: Count, chat_prompt, questions: Sequence[QARecord],
+                      passages: Sequence[Passage]) -> list[tuple[Budget, EpisodeBound]]:
+        """Each token budget with the bound of the episode it must hold: ``count`` is the
         policy's token counter, ``chat_prompt`` renders a user message as the policy sees it,
         ``questions`` and ``passages`` what the run asks and retrieves from."""
         info = longest_information(count, passages, self.config.topk)
         prompts = [chat_prompt(p) for q in questions for p in self.rollout_prompts(q.question)]
-        problems = [why for budget in self.token_budgets()
-                    if (why := refusal(budget, episode_bound(
-                        count, prompts, info, budget.shape, budget.max_new_tokens)))]
+        return [(budget, episode_bound(count, prompts, info, budget.shape, budget.max_new_tokens))
+                for budget in self.token_budgets()]
+
+    def check_token_budgets(self, count: Count, chat_prompt, questions: Sequence[QARecord],
+                            passages: Sequence[Passage]) -> None:
+        """Refuse (``ConfigError``) a budget that cannot hold its episode (``budget_bounds``)."""
+        problems = [why for budget, bound in self.budget_bounds(count, chat_prompt, questions,
+                                                                passages)
+                    if (why := refusal(budget, bound))]
         if problems:
             raise ConfigError(f"{self.name}: " + "; ".join(problems))
 

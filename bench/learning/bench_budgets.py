@@ -21,7 +21,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from advrag.agents.budgets import episode_bound, longest_information
 from advrag.common.types import Passage
 from advrag.curation.demonstrations import build_demonstrations
 from advrag.datasets.world import WorldConfig, generate_world
@@ -59,10 +58,7 @@ def config_rows(count, chat_prompt) -> list[dict]:
     rows = []
     for name in CONFIGS:
         recipe = recipe_for(ROOT / "configs" / name)
-        info = longest_information(count, passages, recipe.config.topk)
-        prompts = [chat_prompt(p) for q in questions for p in recipe.rollout_prompts(q.question)]
-        for budget in recipe.token_budgets():
-            bound = episode_bound(count, prompts, info, budget.shape, budget.max_new_tokens)
+        for budget, bound in recipe.budget_bounds(count, chat_prompt, questions, passages):
             rows.append({"config": name, "setting": budget.setting, "budget": budget.tokens,
                          "max_turns": recipe.config.max_turns, "topk": recipe.config.topk,
                          "prompt": bound.prompt, "generations": bound.generations,
