@@ -149,7 +149,19 @@ def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs
         evaluation = benchmark(settings, run_name=f"{run_name}-{stage}")
         results[stage], runs[stage] = evaluation["results"], evaluation["run_id"]
     rl.tag_versions(recipe, versions, benchmark_tags(evaluation))
-    return results | {"benchmark_runs": runs}
+    changed = ({"/".join(key): changed_answers(runs["warmup"], runs["trained"], key)
+                for key in results["trained"]} if {"warmup", "trained"} <= set(runs) else {})
+    return results | {"benchmark_runs": runs, "changed_answers": changed}
+
+
+def changed_answers(before_run: str, after_run: str, key: tuple[str, str]) -> int:
+    """How many questions of benchmark ``key`` (method, dataset) the two runs answer
+    differently: what RL changed in the greedy answers, even where EM did not move."""
+    method, dataset = key
+    name = f"predictions/{dataset}/{method}.json"
+    before = {row["id"]: row["prediction"] for row in tracking.read_table(before_run, name)}
+    after = {row["id"]: row["prediction"] for row in tracking.read_table(after_run, name)}
+    return sum(before.get(i) != answer for i, answer in after.items())
 
 
 def benchmark_tags(evaluation: dict) -> dict[str, str]:

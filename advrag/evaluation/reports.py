@@ -292,6 +292,19 @@ def reward_text(rewards: dict[str, list[float]]) -> str:
     return f"Joint RL rewards over {n} updates, first → last (mean): {terms}."
 
 
+def changed_text(trained: dict) -> list[str]:
+    """A line per benchmark saying how many greedy answers RL changed from the warm-up's (a
+    trained row equal to the warm-up's then says why: it answers every question the same)."""
+    lines = []
+    for key, n in trained.get("changed_answers", {}).items():
+        total = trained["trained"][key]["n"]
+        steps = trained.get("steps_run", 0)
+        lines += ["", f"RL ({steps:.0f} update{'s' * (steps != 1)}) changed {n} of the "
+                      f"{total:.0f} greedy answers ({key}) from the warm-up's"
+                      + (": the trained row repeats the warm-up's." if n == 0 else ".")]
+    return lines
+
+
 def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
     """The pipeline's result: the reasoner per stage on held-out questions, the judge, the decision.
 
@@ -308,6 +321,7 @@ def pipeline_markdown(trained: dict, judge: dict | None, decision: dict) -> str:
                          f"{s['em_hi']:.3f}] | {s['f1']:.3f} [{s['f1_lo']:.3f}, {s['f1_hi']:.3f}] "
                          f"| {s['format_errors']:.2f} | {s['n_searches']:.2f} "
                          f"| {s.get('cut_turns', 0.0):.2f} |")
+    lines += changed_text(trained)
     rewards = reward_text(trained.get("rewards", {}))
     if rewards:
         lines += ["", rewards]

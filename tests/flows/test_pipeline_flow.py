@@ -89,6 +89,12 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
     rewards = first["trained"]["rewards"]  # the one GAR update's terms, printed under the table
     assert list(rewards) == ["R_m", "R_s", "R_d", "R_a"] and all(len(v) == 1 for v in rewards.values())
     assert "Joint RL rewards, 1 update: R_m " in first["table"]
+    changed = first["trained"]["changed_answers"]["search_r1/world"]  # read from both runs' rows
+    predictions = [{r["id"]: r["prediction"] for r in tracking.read_table(
+        first["trained"]["benchmark_runs"][stage], "predictions/world/search_r1.json")}
+        for stage in ("warmup", "trained")]
+    assert changed == sum(predictions[0][i] != p for i, p in predictions[1].items())
+    assert f"RL (1 update) changed {changed} of the 4 greedy answers" in first["table"]
     runs = first["trained"]["benchmark_runs"]  # each benchmark's per-question predictions
     assert set(runs) == {"warmup", "trained"}
     for run_id in runs.values():

@@ -65,6 +65,24 @@ def test_pipeline_table_reports_both_judge_readings_and_the_decision():
             "with no verdict at 0.5).") in pipeline_markdown({}, judge, decision)
 
 
+def test_pipeline_table_says_how_many_answers_rl_changed():
+    from advrag.evaluation.reports import pipeline_markdown
+
+    row = {"n": 24, "em": 0.25, "em_lo": 0.08, "em_hi": 0.42, "f1": 0.27, "f1_lo": 0.1,
+           "f1_hi": 0.46, "format_errors": 0.5, "n_searches": 1.75}
+    decision = {"version": "1", "alias": "champion"}
+    trained = {"warmup": {"search_r1/world": row}, "trained": {"search_r1/world": row},
+               "steps_run": 1, "changed_answers": {"search_r1/world": 0}}
+    assert ("RL (1 update) changed 0 of the 24 greedy answers (search_r1/world) from the "
+            "warm-up's: the trained row repeats the warm-up's.") in pipeline_markdown(
+                trained, None, decision)
+    trained |= {"steps_run": 16, "changed_answers": {"search_r1/world": 5}}
+    assert ("RL (16 updates) changed 5 of the 24 greedy answers (search_r1/world) from the "
+            "warm-up's.") in pipeline_markdown(trained, None, decision)
+    assert "changed" not in pipeline_markdown({"trained": {"search_r1/world": row}}, None,
+                                              decision)
+
+
 def test_pipeline_table_prints_the_rl_reward_terms_per_update():
     from advrag.evaluation.reports import pipeline_markdown, reward_text
 
