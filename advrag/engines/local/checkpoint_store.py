@@ -8,6 +8,12 @@ before a resume, complete remote steps missing locally are downloaded (each dire
 atomically), so a fresh instance resumes from the newest one. A step without its marker (an
 upload cut short) is never pulled. ``<its root>`` is the checkpoint root relative to the
 working directory (the checkout), so the same config finds the same prefix on any worker.
+
+Two workers share one bucket role, so neither trusts what the other wrote: a pulled object
+key that resolves outside its step directory (``..``, an absolute path) is refused before
+anything is written, and pruning deletes only the steps this run wrote. A run is named by the
+token in its root's ``RUN_FILE`` (made at its first push, or taken from the newest pulled
+step's marker when a fresh instance resumes it); each marker holds its run's token.
 """
 
 from __future__ import annotations
@@ -21,6 +27,33 @@ from advrag.engines.local.checkpoint import PREFIX, checkpoint_step, list_checkp
 
 BUCKET_ENV = "ADVRAG_ARTIFACT_BUCKET"
 MARKER = "COMPLETE"
+RUN_FILE = ".checkpoint-run"
+"""The run's token in its checkpoint root (module docstring)."""
+
+
+class UnsafeCheckpointKey(ValueError):
+    """A bucket object whose key would be written outside its step directory."""
+
+
+def run_token(root: Path) -> str:
+    """The token of the run checkpointing into ``root``, made on first use."""
+    import secrets
+
+    path = Path(root) / RUN_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16))
+    return path.read_text().strip()
+
+
+def inside(directory: Path, relative: str) -> Path:
+    """``directory / relative``, refused (``UnsafeCheckpointKey``) where it resolves outside."""
+    target = (directory / relative).resolve()
+    if not target.is_relative_to(directory.resolve()) or target == directory.resolve():
+        raise UnsafeCheckpointKey(
+            f"refusing the bucket object {relative!r}: it would be written outside the step "
+            f"directory {directory}; delete it from the bucket (another writer put it there)")
+    return target
 
 
 class CheckpointStore:
@@ -58,24 +91,34 @@ class CheckpointStore:
                 steps.setdefault(step, set()).add(obj["Key"])
         return steps
 
+    def _marker(self, key: str) -> str:
+        """The run token a step's marker holds ("" for a marker of no run)."""
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read().decode()
+
     def push(self, checkpoint: Path) -> None:
-        """Upload ``checkpoint`` (a ``step-N`` directory), its marker last; then delete the
-        remote steps its root no longer keeps."""
+        """Upload ``checkpoint`` (a ``step-N`` directory), its marker (this run's token) last;
+        then delete the remote steps this run wrote that its root no longer keeps."""
         checkpoint = Path(checkpoint)
+        token = run_token(checkpoint.parent)
         base = f"{self._root_key(checkpoint.parent)}/{checkpoint.name}"
         for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
             self.client.upload_file(str(path), self.bucket,
                                     f"{base}/{path.relative_to(checkpoint).as_posix()}")
-        self.client.put_object(Bucket=self.bucket, Key=f"{base}/{MARKER}", Body=b"")
+        self.client.put_object(Bucket=self.bucket, Key=f"{base}/{MARKER}", Body=token.encode())
         kept = {checkpoint_step(p) for p in list_checkpoints(checkpoint.parent)}
         for step, keys in self._remote_steps(checkpoint.parent).items():
-            if step not in kept:
-                for key in sorted(keys, key=lambda k: k.endswith(MARKER), reverse=True):
-                    self.client.delete_object(Bucket=self.bucket, Key=key)  # marker first
+            marker = next((k for k in keys if k.endswith(f"/{MARKER}")), None)
+            if step in kept or marker is None or self._marker(marker) != token:
+                continue  # kept, still being written, or another run's
+            for key in sorted(keys, key=lambda k: k.endswith(MARKER), reverse=True):
+                self.client.delete_object(Bucket=self.bucket, Key=key)  # marker first
 
     def pull(self, root: Path) -> list[Path]:
-        """Download every complete remote step ``root`` lacks; the directories written."""
-        root, pulled = Path(root), []
+        """Download every complete remote step ``root`` lacks; the directories written. A root
+        without a run token takes the newest pulled step's, so the resumed run prunes the
+        steps it wrote before its machine was lost. A key outside its step directory is
+        refused (``UnsafeCheckpointKey``) before that step is written."""
+        root, pulled, token = Path(root), [], ""
         local = {checkpoint_step(p) for p in list_checkpoints(root)}
         for step, keys in sorted(self._remote_steps(root).items()):
             base = f"{self._root_key(root)}/{PREFIX}{step:08d}/"
@@ -83,8 +126,11 @@ class CheckpointStore:
                 continue
             with atomic_dir(root / f"{PREFIX}{step:08d}") as tmp:
                 for key in sorted(keys - {base + MARKER}):
-                    target = tmp / key[len(base):]
+                    target = inside(tmp, key[len(base):])
                     target.parent.mkdir(parents=True, exist_ok=True)
                     self.client.download_file(self.bucket, key, str(target))
+            token = self._marker(base + MARKER)
             pulled.append(root / f"{PREFIX}{step:08d}")
+        if token and not (root / RUN_FILE).is_file():
+            (root / RUN_FILE).write_text(token)
         return pulled
