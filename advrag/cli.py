@@ -307,6 +307,13 @@ def serve_retriever(
     timeout_s: float = typer.Option(SERVER_LIMITS.timeout_s, help=LIMIT_HELP["timeout_s"]),
     max_batch_queries: int = typer.Option(SERVER_LIMITS.max_batch_queries,
                                           help=LIMIT_HELP["max_batch_queries"]),
+    max_topk: int = typer.Option(SERVER_LIMITS.max_topk, help=LIMIT_HELP["max_topk"]),
+    max_body_bytes: int = typer.Option(SERVER_LIMITS.max_body_bytes,
+                                       help=LIMIT_HELP["max_body_bytes"]),
+    allowed_host: list[str] = typer.Option([], help="A Host name clients use, besides "
+                                           "loopback's and --host (repeat the option)."),
+    ssl_certfile: str | None = typer.Option(None, help="PEM certificate: serve https."),
+    ssl_keyfile: str | None = typer.Option(None, help="The certificate's PEM key."),
 ) -> None:
     """Search-R1-compatible retrieval server (POST /retrieve, /health, /metrics), batching
     concurrent requests, optionally summarised (UR²)."""
@@ -315,24 +322,29 @@ def serve_retriever(
     from advrag.recipes.ur2.recipe import load_summary_model
     from advrag.retrieval.server import (
         ServerLimits,
+        allowed_hosts,
         require_token_beyond_loopback,
         serve,
         summary_config,
+        tls_files,
     )
 
     try:
         require_token_beyond_loopback(host)
+        allowed_hosts(host, allowed_host)
+        tls = tls_files(ssl_certfile, ssl_keyfile)
         summary = summary_config(
             summarise, endpoint=summary_endpoint, model=summary_model,
             max_new_tokens=summary_max_new_tokens, timeout_s=summary_timeout_s,
             cache_dir=summary_cache_dir,
         )
-        limits = ServerLimits(max_queries, max_query_chars, timeout_s, max_batch_queries)
+        limits = ServerLimits(max_queries, max_query_chars, timeout_s, max_batch_queries,
+                              max_topk, max_body_bytes)
     except (ValidationError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     serve(index_dir, host=host, port=port, kind=kind, summary=summary,
-          load_model=load_summary_model, limits=limits)
+          load_model=load_summary_model, limits=limits, hosts=allowed_host, tls=tls)
 
 
 @app.command("prepare-data")

@@ -114,7 +114,7 @@ class HttpRetriever:
 
         self.url = retrieve_url(url)
         self.max_queries = max_queries or ServerLimits().max_queries
-        self._client = httpx.Client(timeout=timeout, headers=auth_headers())
+        self._client = httpx.Client(timeout=timeout, headers=auth_headers(self.url))
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Send the queries (``max_queries`` a request) and parse the scored Search-R1 responses."""

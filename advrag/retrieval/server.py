@@ -31,11 +31,20 @@ and before any work; a request still waiting for its answers after
 them). ``GET /metrics`` serves Prometheus' text format: requests by path and
 status, request latency, queries searched, batch sizes and the queue's depth.
 
+Bounds: ``topk`` above ``max_topk`` is a 422 (the index would otherwise return the whole
+corpus to one request), and a request body over ``max_body_bytes`` a 413, refused from its
+``Content-Length`` or as soon as that many bytes have arrived, before the rest is read.
+
 Access: bound to loopback (the default) anyone on this machine may ask. Bound beyond it
 (``--host 0.0.0.0`` for rollout workers on other machines) the server refuses to start
 without ``ADVRAG_RETRIEVER_TOKEN``, and then every request but ``/health`` must carry it as
 ``Authorization: Bearer <token>`` (401 otherwise); advrag's clients send it from the same
-variable (``advrag.common.bearer``).
+variable (``advrag.common.bearer``), and only over https or to loopback. The server answers
+only the Host names it serves (``allowed_hosts``: the loopback names, the address it is bound
+to, and each ``--allowed-host``; 403 for any other), so a page from a name that resolves to
+127.0.0.1 (DNS rebinding) cannot read it through a browser; bound to a wildcard address it
+needs ``--allowed-host`` for the names its clients use. ``--ssl-certfile``/``--ssl-keyfile``
+serve https.
 """
 
 from __future__ import annotations
@@ -62,6 +71,9 @@ if TYPE_CHECKING:
     from advrag.retrieval.summary import LLMSummariser, ModelLoader
 
 DEFAULT_TOPK = 3
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""The Host names a server bound to loopback answers."""
+WILDCARDS = ("0.0.0.0", "::", "")
 KNOWN_PATHS = ("/retrieve", "/health", "/metrics")
 """Paths the metrics name; any other is counted as ``other`` (no label per probe URL)."""
 
@@ -99,9 +111,14 @@ class ServerLimits:
     """Seconds a request may wait for its answers; longer is a 504."""
     max_batch_queries: int = 512
     """Queries the encoder and FAISS see at once."""
+    max_topk: int = 100
+    """Passages one query may ask for; more is a 422."""
+    max_body_bytes: int = 1 << 20
+    """Bytes of one request body; more is a 413, refused before the rest is read."""
 
     def __post_init__(self) -> None:
-        for name in ("max_queries", "max_query_chars", "max_batch_queries"):
+        for name in ("max_queries", "max_query_chars", "max_batch_queries", "max_topk",
+                     "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
@@ -148,13 +165,21 @@ def _too_long(queries: Sequence[str], limit: int) -> list[dict[str, Any]]:
             for i, q in enumerate(queries) if len(q) > limit]
 
 
+def _topk_too_big(topk: int, limit: int) -> list[dict[str, Any]]:
+    """FastAPI-shaped 422 detail for a ``topk`` above ``limit``."""
+    return [{"loc": ["body", "topk"], "type": "less_than_equal",
+             "msg": f"topk {topk} is above the limit {limit} (--max-topk)"}]
+
+
 def create_app(
     retriever: Retriever, default_topk: int = DEFAULT_TOPK, summariser: LLMSummariser | None = None,
     limits: ServerLimits = ServerLimits(), token: str | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
 ) -> FastAPI:
     """FastAPI app serving ``retriever`` (summarised by ``summariser``) on ``/retrieve``,
     ``/health`` and ``/metrics``, searching in batches within ``limits``; with ``token``,
-    every request but ``/health`` must carry it as a bearer token (401 otherwise)."""
+    every request but ``/health`` must carry it as a bearer token (401 otherwise); a request
+    whose Host is not among ``allowed_hosts`` gets 403, a body over the limit 413."""
     import asyncio
     from contextlib import asynccontextmanager
 
@@ -162,8 +187,9 @@ def create_app(
 
     from advrag.retrieval.batching import BatchingSearcher
 
-    if default_topk < 1:
-        raise ValueError(f"default_topk must be >= 1, got {default_topk}.")
+    if not 1 <= default_topk <= limits.max_topk:
+        raise ValueError(f"default_topk must be between 1 and max_topk = {limits.max_topk}, "
+                         f"got {default_topk}.")
     searcher: BatchingSearcher | None = None
     metrics = _Metrics(lambda: searcher.queued_queries if searcher else 0)
     searcher = BatchingSearcher(retriever, max_batch_queries=limits.max_batch_queries,
@@ -175,8 +201,10 @@ def create_app(
         searcher.close()
 
     app = FastAPI(title="advrag retrieval server", lifespan=lifespan)
+    app.add_middleware(_Bounded, max_bytes=limits.max_body_bytes)  # the innermost: runs last
     if token:
         app.add_middleware(_Authorised, token=token)
+    app.add_middleware(_HostChecked, allowed=allowed_hosts)
     app.add_middleware(_Measured, metrics=metrics)
 
     @app.get("/health", response_model=None)
@@ -201,6 +229,8 @@ def create_app(
                                 f"is {limits.max_queries} (--max-queries): split the request")
         if too_long := _too_long(request.queries, limits.max_query_chars):
             raise HTTPException(422, too_long)
+        if (request.topk or default_topk) > limits.max_topk:
+            raise HTTPException(422, _topk_too_big(request.topk, limits.max_topk))
         future = searcher.submit(request.queries, request.topk or default_topk)
         try:
             results, summaries = await asyncio.wait_for(asyncio.wrap_future(future),
@@ -251,6 +281,81 @@ class _Measured:
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
+async def _refuse(send, status: int, detail: str) -> None:
+    """Answer ``status`` with ``{"detail": ...}`` (from a middleware, before the app runs)."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": json.dumps({"detail": detail}).encode()})
+
+
+def host_name(header: bytes) -> str:
+    """The name in a Host header, without its port (``[::1]:8000`` → ``::1``), lower-cased."""
+    host = header.decode("latin-1").strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class _HostChecked:
+    """ASGI middleware: a request whose Host is not one of ``allowed`` gets 403 (DNS
+    rebinding: a page from a name that resolves to this machine must not reach it)."""
+
+    def __init__(self, app, allowed: Sequence[str]) -> None:
+        self.app, self.allowed = app, {h.lower() for h in allowed}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = host_name(dict(scope["headers"]).get(b"host", b""))
+        if host in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        await _refuse(send, 403, f"Host {host!r} is not one this server answers "
+                                 f"({', '.join(sorted(self.allowed))}): start it with "
+                                 "--allowed-host for the name its clients use")
+
+
+class _Bounded:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413, from its Content-Length
+    or as soon as that many bytes have arrived; the rest is never read."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = (f"the request body is over {self.max_bytes} bytes (--max-body-bytes): "
+                   "split the request")
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _refuse(send, 413, too_big)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                await _refuse(send, 413, too_big)
+                return
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 class _Authorised:
     """ASGI middleware: a request without ``Authorization: Bearer <token>`` gets 401, but
     ``/health`` (a load balancer's probe carries no secret). Compared in constant time."""
@@ -287,6 +392,29 @@ def require_token_beyond_loopback(host: str) -> str | None:
     return token
 
 
+def allowed_hosts(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The Host names a server bound to ``host`` answers: the loopback names, ``host`` itself
+    (unless a wildcard) and ``extra``; a wildcard bind with no ``extra`` is refused, as any
+    name could reach it."""
+    if host in WILDCARDS and not extra:
+        raise ValueError(f"--host {host or '(all)'} answers on every address: name the host "
+                         "names its clients use with --allowed-host (DNS rebinding: any name "
+                         "that resolves here would reach it otherwise)")
+    bound = () if host in WILDCARDS else (host,)
+    return tuple(dict.fromkeys((*LOOPBACK_NAMES, *bound, *extra)))
+
+
+def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:
+    """uvicorn's TLS settings for ``--ssl-certfile``/``--ssl-keyfile``: both or neither."""
+    if (certfile is None) != (keyfile is None):
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together: give both to serve "
+                         "https, or neither")
+    for path in (p for p in (certfile, keyfile) if p is not None):
+        if not os.path.isfile(path):
+            raise ValueError(f"no such file {path}: give the PEM certificate and its key")
+    return {"ssl_certfile": certfile, "ssl_keyfile": keyfile} if certfile else {}
+
+
 def serve(
     index_dir: str | os.PathLike,
     host: str = "127.0.0.1",
@@ -296,10 +424,14 @@ def serve(
     summary: SummaryConfig | None = None,
     load_model: ModelLoader | None = None,
     limits: ServerLimits = ServerLimits(),
+    hosts: Sequence[str] = (),
+    tls: dict[str, str] | None = None,
 ) -> None:
     """Load the retriever in ``index_dir`` and serve it with uvicorn until interrupted.
 
-    ``limits``: request caps, the wait before a 504 and the batch size (``ServerLimits``);
+    ``hosts``: Host names answered besides the loopback names and ``host`` (``allowed_hosts``);
+    ``tls``: ``tls_files``' settings (https); ``limits``: request caps, the wait before a 504
+    and the batch size (``ServerLimits``);
     ``summary``: UR²'s summariser settings (None or ``summarise: false`` = raw documents);
     ``load_model``: how a local summariser model is loaded (``make_summariser``; the
     ``advrag serve-retriever`` command passes UR²'s, ``main`` none: endpoints only).
@@ -309,6 +441,7 @@ def serve(
     each MiniLM query batch ~40x slower.
     """
     token = require_token_beyond_loopback(host)
+    answered = allowed_hosts(host, hosts)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import uvicorn
 
@@ -317,15 +450,16 @@ def serve(
 
     summariser = make_summariser(summary, load_model=load_model) if summary is not None else None
     app = create_app(load_retriever(index_dir, kind=kind), default_topk=default_topk,
-                     summariser=summariser, limits=limits, token=token)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+                     summariser=summariser, limits=limits, token=token, allowed_hosts=answered)
+    uvicorn.run(app, host=host, port=port, log_level="info", **(tls or {}))
 
 
 @contextmanager
 def serving(index_dir: str | os.PathLike, kind: str = "dense", host: str = "127.0.0.1",
-            start_timeout_s: float = 300.0) -> Iterator[str]:
+            start_timeout_s: float = 300.0, hosts: Sequence[str] = ()) -> Iterator[str]:
     """This module's server on ``index_dir`` in a child process bound to ``host`` (a free port)
-    for the ``with`` block; yields its loopback URL once ``/health`` answers, stops it after."""
+    answering ``hosts`` besides loopback's (``allowed_hosts``) for the ``with`` block; yields
+    its loopback URL once ``/health`` answers, stops it after."""
     import socket
     import subprocess
     import sys
@@ -340,7 +474,7 @@ def serving(index_dir: str | os.PathLike, kind: str = "dense", host: str = "127.
     log = tempfile.TemporaryFile(mode="w+")  # a pipe would fill up and stall the server
     proc = subprocess.Popen([sys.executable, "-m", "advrag.retrieval.server", "--index-dir",
                              str(index_dir), "--kind", kind, "--host", host, "--port",
-                             str(port)],
+                             str(port), *(f"--allowed-host={h}" for h in hosts)],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + start_timeout_s
@@ -392,6 +526,8 @@ LIMIT_HELP = {
     "max_query_chars": "most characters in one query (longer: HTTP 422)",
     "timeout_s": "seconds a request may wait for its answers (longer: HTTP 504)",
     "max_batch_queries": "most queries the encoder and FAISS see at once",
+    "max_topk": "most passages one query may ask for (more: HTTP 422)",
+    "max_body_bytes": "most bytes in one request body (more: HTTP 413)",
 }
 """``ServerLimits`` fields the command lines expose, with their help."""
 
@@ -415,6 +551,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--topk", type=int, default=DEFAULT_TOPK, help="default when a request has none"
     )
+    parser.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
+                        help="a Host name clients use, besides loopback's and --host (repeat)")
+    parser.add_argument("--ssl-certfile", help="PEM certificate: serve https (with --ssl-keyfile)")
+    parser.add_argument("--ssl-keyfile", help="the certificate's PEM key")
     _add_summary_options(parser)
     _add_limit_options(parser)
     args = parser.parse_args(argv)
@@ -424,11 +564,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = {name: getattr(args, f"summary_{name}") for name in SUMMARY_OPTIONS}
     try:
         require_token_beyond_loopback(args.host)
+        allowed_hosts(args.host, args.allowed_hosts)
+        tls = tls_files(args.ssl_certfile, args.ssl_keyfile)
         limits = ServerLimits(**{name: getattr(args, name) for name in LIMIT_HELP})
     except ValueError as err:
         parser.error(str(err))
     serve(args.index_dir, host=args.host, port=args.port, kind=args.kind, default_topk=args.topk,
-          summary=summary_config(args.summarise, **options), limits=limits)
+          summary=summary_config(args.summarise, **options), limits=limits,
+          hosts=args.allowed_hosts, tls=tls)
 
 
 if __name__ == "__main__":

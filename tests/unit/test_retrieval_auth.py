@@ -92,7 +92,7 @@ def test_a_server_on_every_interface_answers_only_the_tokens_holder(index_dir, m
     """The real command bound to 0.0.0.0 with a token: advrag's client with the same
     variable is answered, one without it gets 401."""
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    with serving(index_dir, kind="bm25", host="0.0.0.0") as url:
+    with serving(index_dir, kind="bm25", host="0.0.0.0", hosts=["retriever.internal"]) as url:
         hits = HttpRetriever(url, timeout=5).search(["copper orrery"], 1)
         assert [p.id for p in hits[0]] == ["d1"]
         assert ask(url).status_code == 401

@@ -312,10 +312,13 @@ def test_unreachable_endpoint_names_the_url():
 # ---------------------------------------------------------------- retrieval server
 
 
+LOOPBACK = "http://127.0.0.1"  # a Host the server answers (TestClient's own is "testserver")
+
+
 def test_server_serves_summaries_in_search_r1_shape():
     summariser = LLMSummariser(_scripted(), "fake")
     client = TestClient(create_app(KeywordRetriever(CORPUS), default_topk=1,
-                                   summariser=summariser))
+                                   summariser=summariser), base_url=LOOPBACK)
     queries = ["Who wrote Hamlet?", "Compute 17 * 23", "capital of France"]
     body = client.post("/retrieve", json={"queries": queries, "return_scores": True}).json()
 
@@ -330,7 +333,7 @@ def test_server_serves_summaries_in_search_r1_shape():
 
 
 def test_server_without_summariser_is_unchanged():
-    client = TestClient(create_app(KeywordRetriever(CORPUS), default_topk=1))
+    client = TestClient(create_app(KeywordRetriever(CORPUS), default_topk=1), base_url=LOOPBACK)
     assert client.get("/health").json() == {"status": "ok", "queued_queries": 0}
     body = client.post("/retrieve", json={"queries": ["Hamlet"]}).json()
     assert body == {"result": [[{"id": "p1", "contents": CORPUS[0].contents}]]}

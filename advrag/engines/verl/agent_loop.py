@@ -75,7 +75,8 @@ class RetrievalClient:
         it does not summarise); a clear error when the server fails."""
         import httpx
 
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=auth_headers()) as http:
+        headers = auth_headers(self.url)
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=headers) as http:
             try:
                 response = await http.post(self.url, json=retrieve_request([query], topk))
             except httpx.TransportError as error:
