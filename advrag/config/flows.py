@@ -306,8 +306,9 @@ class VerlSection(Strict):
     def _several_nodes_share_a_server(self) -> VerlSection:
         if self.nodes > 1 and self.retriever_url is None:
             raise ValueError("verl.retriever_url: several nodes need a retrieval server they "
-                             "all reach (advrag serve-retriever --host 0.0.0.0, with "
-                             "ADVRAG_RETRIEVER_TOKEN); the pipeline's own serves one node")
+                             "all reach (advrag serve-retriever --host 0.0.0.0 --allowed-host "
+                             "<name> and https, with ADVRAG_RETRIEVER_TOKEN); the pipeline's "
+                             "own serves one node")
         return self
 
 
