@@ -12,7 +12,7 @@ from prefect import flow
 
 from advrag.config import PipelineConfig
 from advrag.flows.pipeline import as_config, discriminator_config, pipeline, preflight
-from advrag.flows.promotion import promotion_gate
+from advrag.flows.promotion import promotion_gate, registry_lock
 from advrag.recipes import recipe_for
 from advrag.tasks import promotion as promo
 from advrag.tasks import tracking
@@ -57,7 +57,8 @@ def rollback(config: PipelineConfig | str = DEFAULT_CONFIG, model: str | None = 
     """Give `champion` of ``model`` (default: the reasoner) back to the version it replaced."""
     name, _ = gated_model(as_config(config), model)
     tracking.configure()
-    restored, demoted = promo.rollback(name)
+    with registry_lock(name):
+        restored, demoted = promo.rollback(name)
     print(f"{name}@champion: v{demoted} → v{restored}")
     return {"name": name, "restored": restored, "demoted": demoted}
 

@@ -99,9 +99,13 @@ def judge(candidate: Evidence, champion: Evidence | None, settings: PromotionSec
     return decision
 
 
-@task(**IO)
-def apply_decision(name: str, version: str, decision: Decision) -> dict[str, str]:
-    """Move the aliases and record the decision on the version; returns the tags written."""
+PENDING = "promotion.pending"
+"""The tag holding a decision's plan while its writes are under way (``apply_decision``)."""
+
+
+def decision_plan(name: str, version: str, decision: Decision) -> dict:
+    """What applying ``decision`` to ``version`` writes: its tags, and the champion it finds
+    (``previous``, which it replaces when it promotes)."""
     previous = tracking.alias_version(name, CHAMPION)
     tags = {"promotion.decision": decision.alias, "promotion.reason": decision.reason,
             "promotion.decided_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -110,17 +114,42 @@ def apply_decision(name: str, version: str, decision: Decision) -> dict[str, str
     for key in ("diff", "lo", "hi"):
         if getattr(decision, key) is not None:
             tags[f"promotion.em_{key}"] = f"{getattr(decision, key):+.4f}"
-    if decision.promote and previous != version:
+    if decision.promote and previous not in (None, version):
+        tags["promotion.previous_champion"] = previous
+    return {"tags": tags, "previous": previous, "promote": decision.promote}
+
+
+def move_aliases(name: str, version: str, plan: dict) -> None:
+    """The plan's alias moves; each is a set or a delete, so doing them twice changes nothing."""
+    previous = plan["previous"]
+    if plan["promote"] and previous != version:
         if previous is not None:
-            tags["promotion.previous_champion"] = previous
             tracking.set_alias(name, PREVIOUS, previous)
         tracking.set_alias(name, CHAMPION, version)
         if tracking.alias_version(name, CHALLENGER) == version:
             tracking.delete_alias(name, CHALLENGER)
-    elif not decision.promote:
+    elif not plan["promote"]:
         tracking.set_alias(name, CHALLENGER, version)
-    tracking.set_model_version_tags(name, version, tags)
-    return tags
+
+
+@task(**IO)
+def apply_decision(name: str, version: str, decision: Decision) -> dict[str, str]:
+    """Move the aliases and record the decision on the version; returns the tags written.
+
+    Idempotent under the task's retries: the plan (``decision_plan``) is written first, as
+    one ``promotion.pending`` tag, then the tags, then the aliases, and the pending tag is
+    removed last. A retry after any one failed write finds the plan and carries it out as
+    planned (the champion it replaces included, though the alias may have moved already), so
+    it ends in the aliases and tags of a run without the failure."""
+    recorded = tracking.model_version_tags(name, version).get(PENDING)
+    plan = json.loads(recorded) if recorded else None
+    if plan is None or plan["tags"]["promotion.decision"] != decision.alias:
+        plan = decision_plan(name, version, decision)
+        tracking.set_model_version_tags(name, version, {PENDING: json.dumps(plan)})
+    tracking.set_model_version_tags(name, version, plan["tags"])
+    move_aliases(name, version, plan)
+    tracking.delete_model_version_tag(name, version, PENDING)
+    return plan["tags"]
 
 
 @task(**IO)

@@ -271,6 +271,12 @@ def set_model_version_tags(name: str, version: str, tags: dict[str, str]) -> Non
         client().set_model_version_tag(name, version, key, str(value))
 
 
+def delete_model_version_tag(name: str, version: str, key: str) -> None:
+    """Remove one tag of a registered model version, if it is there."""
+    if key in model_version_tags(name, version):
+        client().delete_model_version_tag(name, version, key)
+
+
 def _missing(err: mlflow.exceptions.MlflowException) -> bool:
     """Whether an MLflow error means "no such run / model / version / alias"."""
     return err.error_code in {"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"}

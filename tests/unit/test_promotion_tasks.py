@@ -186,6 +186,88 @@ def test_rollback_walks_back_the_chain_and_errors_when_empty(name, files):
     assert tracking.alias_version(name, promo.PREVIOUS) is None
 
 
+WRITES = ("set_model_version_tag", "set_registered_model_alias",
+          "delete_registered_model_alias", "delete_model_version_tag")
+"""The MLflow client's registry writes: one of them fails in the tests below."""
+
+
+class FailOnce:
+    """Makes the ``at``-th registry write (counted over ``WRITES``) raise, once."""
+
+    def __init__(self, monkeypatch, at: int | None):
+        from mlflow import MlflowClient
+
+        self.at, self.count = at, 0
+        for method in WRITES:
+            monkeypatch.setattr(MlflowClient, method, self.wrap(getattr(MlflowClient, method)))
+
+    def wrap(self, write):
+        def counted(client, *args, **kwargs):
+            self.count += 1
+            if self.count == self.at:
+                raise ConnectionError(f"registry write {self.at} failed")
+            return write(client, *args, **kwargs)
+        return counted
+
+
+def promoted_state(name: str, files, monkeypatch, fail_at: int | None):
+    """v1 champion, then v2 (clearly better) applied with write ``fail_at`` failing once and
+    the task retried as Prefect would: the aliases, v2's tags (``decided_at`` aside), writes."""
+    v1 = register(name, files, set(range(10)))
+    gate(name, v1)
+    v2 = register(name, files, set(range(30)))
+    candidate = promo.candidate_evidence.fn(name, v2, "search_r1")
+    decision = promo.judge.fn(candidate, promo.champion_evidence.fn(name, "search_r1"), SETTINGS)
+    faults = FailOnce(monkeypatch, fail_at)
+    try:
+        promo.apply_decision.fn(name, v2, decision)
+    except ConnectionError:
+        promo.apply_decision.fn(name, v2, decision)  # the retry
+    aliases = {a: tracking.alias_version(name, a) for a in (CHAMPION, promo.PREVIOUS, CHALLENGER)}
+    tags = {k: v for k, v in tracking.model_version_tags(name, v2).items()
+            if k.startswith("promotion.") and k != "promotion.decided_at"}
+    monkeypatch.undo()
+    return aliases, tags, faults.count
+
+
+def test_a_retry_after_any_one_failed_write_ends_as_a_run_without_it(module_store, files,
+                                                                     monkeypatch):
+    want_aliases, want_tags, writes = promoted_state("promote-clean", files, monkeypatch, None)
+    assert want_aliases == {CHAMPION: "2", promo.PREVIOUS: "1", CHALLENGER: None}
+    assert want_tags["promotion.previous_champion"] == "1" and writes > 5
+    for at in range(1, writes + 1):
+        name = f"promote-fail-{at}"
+        aliases, tags, _ = promoted_state(name, files, monkeypatch, at)
+        assert (aliases, tags) == (want_aliases, want_tags), f"write {at} failed"
+        assert promo.rollback.fn(name) == ("1", "2"), f"write {at} failed"
+
+
+def test_a_promotion_holds_its_registered_model_against_another(name, files, tmp_path,
+                                                                 monkeypatch):
+    import subprocess
+    import sys
+
+    from advrag.common.locks import DirectoryBusy
+    from advrag.flows import promotion as flow
+
+    monkeypatch.chdir(tmp_path)
+    register(name, files, set(range(10)))
+    holder = subprocess.Popen(  # another promotion of the same model, under way
+        [sys.executable, "-c", "import sys, time; from advrag.flows.promotion import "
+         "registry_lock\nwith registry_lock(sys.argv[1]):\n print('held', flush=True); "
+         "time.sleep(60)", name], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryBusy, match=f"the registered model .*{name} is in use"):
+            flow.promotion_gate(name, SETTINGS)
+        assert tracking.alias_version(name, CHAMPION) is None  # nothing was judged or moved
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    with flow.registry_lock(name):  # free again once the other has ended
+        assert gate(name)["promotion.decision"] == CHAMPION
+
+
 def nightly_config(tmp_path, reasoner: str, judge: str) -> str:
     """A nightly config whose GAR recipe registers ``reasoner`` and whose SFT judge is ``judge``."""
     (tmp_path / "gar.yaml").write_text(f"recipe: gar\nregistered_reasoner: {reasoner}\n")
