@@ -98,14 +98,26 @@ LEFTOVER = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(?:tmp|old)$")
 """The names ``atomic_file`` and ``atomic_dir`` give their temporary siblings."""
 
 
+def _restore_moved_aside(old: Path) -> None:
+    """An ``atomic_dir`` killed between its two renames left the previous copy in ``old``
+    (``.<name>.<x>.old/d``) and nothing at ``<name>``: put the previous copy back."""
+    target = old.parent / old.name[1:].rsplit(".", 2)[0]
+    if old.is_dir() and (old / "d").is_dir() and not target.exists():
+        os.replace(old / "d", target)
+        _fsync(old.parent)
+
+
 def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
     """Delete the temporary siblings a killed writer left in ``directory`` (``LEFTOVER``
-    names only); the removed paths. Call it only while no writer works there (under the
-    directory's lock, ``common.locks``)."""
+    names only), first giving back a directory ``atomic_dir`` had moved aside when it was
+    killed before the new copy took its place; the removed paths. Call it only while no
+    writer works there (under the directory's lock, ``common.locks``)."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = [p for p in directory.iterdir() if LEFTOVER.match(p.name)]
+    for old in (p for p in found if p.name.endswith(".old")):
+        _restore_moved_aside(old)
     for path in found:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)

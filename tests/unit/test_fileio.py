@@ -73,6 +73,36 @@ def test_a_killed_writers_leftovers_are_cleared_and_nothing_else(tmp_path):
     assert remove_leftovers(tmp_path / "absent") == []
 
 
+KILLED_BETWEEN_RENAMES = """
+import os, signal, sys
+from pathlib import Path
+from advrag.common.fileio import atomic_dir
+root = Path(sys.argv[1])
+replace, calls = os.replace, []
+def dying(src, dst):  # the second rename (the new copy into place) never happens
+    calls.append(dst)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace(src, dst)
+os.replace = dying
+with atomic_dir(root / "index") as d:
+    (d / "vectors.bin").write_text("new")
+"""
+
+
+def test_a_kill_between_the_renames_gives_the_previous_copy_back(tmp_path):
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "vectors.bin").write_text("old")
+    killed = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(tmp_path)],
+                            check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (tmp_path / "index").exists()  # moved aside, the new copy not yet in place
+    removed = remove_leftovers(tmp_path)
+    assert sorted(p.suffix for p in removed) == [".old", ".tmp"]
+    assert (tmp_path / "index" / "vectors.bin").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+
+
 def test_names_the_helpers_give_are_the_ones_cleared():
     for name in (".step-00000004.ab_9xk2q.tmp", ".data.json.x1y2z3.tmp", ".index.k9_3.old"):
         assert fileio.LEFTOVER.match(name), name
