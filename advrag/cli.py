@@ -168,15 +168,17 @@ def world(
     n_train: int = typer.Option(500, help="Number of training questions."),
     n_dev: int = typer.Option(100, help="Number of development questions."),
     n_test: int = typer.Option(100, help="Number of held-out test questions."),
-    passage_words: int = typer.Option(100, min=40, max=120,
+    passage_words: int = typer.Option(60, min=40, max=120,
                                       help="Words per passage (facts, then filler up to it)."),
 ) -> None:
     """Generate the fictional offline world (corpus + QA splits)."""
+    from advrag.common.locks import exclusive
     from advrag.datasets.world import WorldConfig
     from advrag.ops.dataplane import build_world
 
-    build_world(out, WorldConfig(seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
-                                 passage_words=passage_words))
+    with exclusive(out.parent, "the data directory"):  # no run may read it half rebuilt
+        build_world(out, WorldConfig(seed=seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
+                                     passage_words=passage_words))
     typer.echo(f"wrote the world to {out}")
 
 

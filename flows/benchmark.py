@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow
 
 from advrag.common import console
+from advrag.common.locks import shared
 from advrag.config import BenchmarkConfig
 from advrag.tasks import benchmark as bench
 from advrag.tasks import data, tracking
@@ -16,8 +19,9 @@ def benchmark(config: BenchmarkConfig = BenchmarkConfig(), run_name: str = "benc
     tracking.configure()
     version = data.data_version()
     tags = {"data.version": version["digest"], "flow": "benchmark", "model": config.model}
-    with tracking.tracked_run(config.experiment, run_name, params={
-        "config": config.model_dump(mode="json"), "data": version}, tags=tags) as run_id:
+    with shared(Path(config.world_dir).parent, "the data directory"), \
+            tracking.tracked_run(config.experiment, run_name, params={
+                "config": config.model_dump(mode="json"), "data": version}, tags=tags) as run_id:
         questions = {name: bench.load_questions(source, config)  # a bad entry fails here, first
                      for name, source in config.dataset_specs()}
         generators = bench.load_generator(config)

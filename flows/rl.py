@@ -8,12 +8,13 @@ supply only what is their own.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from prefect import flow
 
 from advrag.common import console
 from advrag.common.fileio import remove_leftovers
-from advrag.common.locks import exclusive
+from advrag.common.locks import exclusive, shared
 from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
@@ -46,7 +47,8 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
             "model": config.model, **(tags or {})}
     retriever, records = rl.training_data(recipe)
     rl.check_budgets(recipe, retriever.passages, records)
-    with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
+    with shared(Path(config.world_dir).parent, "the data directory"), \
+            exclusive(config.checkpoint_dir, "the checkpoint directory"), \
             tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                                  parent=parent) as run_id:
         for folder in (config.checkpoint_dir, *(config.checkpoint_dir / a for a in recipe.agents)):

@@ -8,7 +8,9 @@ inside it changes and DVC versions it unchanged; the kernel releases the lock wh
 holder exits, even killed, so a crash leaves no stale lock. A second process gets ``DirectoryBusy`` at once, naming the holder (its pid,
 start time and command, which the holder writes into the lock file). Within one process
 the lock is re-entrant: the pipeline holds the data directory, and the data step it runs
-takes it again.
+takes it again. Readers of a directory (an RL run, a benchmark reading ``data/``) hold it
+``shared``: they run side by side, and a writer (the data step, ``advrag world``) is refused
+at once while any of them holds it, as it is while another writer does.
 """
 
 from __future__ import annotations
@@ -37,8 +39,23 @@ class DirectoryBusy(RuntimeError):
 
 @contextmanager
 def exclusive(directory: str | Path, what: str) -> Iterator[None]:
-    """Hold ``directory`` (which need not exist yet) for the block; ``what`` names it in the
-    error."""
+    """Hold ``directory`` (which need not exist yet) for the block, alone; ``what`` names it in
+    the error."""
+    with _locked(directory, what, fcntl.LOCK_EX):
+        yield
+
+
+@contextmanager
+def shared(directory: str | Path, what: str) -> Iterator[None]:
+    """Hold ``directory`` for reading: any number of readers at once, but no ``exclusive``
+    holder (a rebuild of the data under a training run or a benchmark)."""
+    with _locked(directory, what, fcntl.LOCK_SH):
+        yield
+
+
+@contextmanager
+def _locked(directory: str | Path, what: str, mode: int) -> Iterator[None]:
+    """``exclusive`` or ``shared`` (``mode``), re-entrant within this process."""
     directory = Path(directory).resolve()
     if directory in _held:
         handle, depth = _held[directory]
@@ -51,7 +68,7 @@ def exclusive(directory: str | Path, what: str) -> Iterator[None]:
     directory.parent.mkdir(parents=True, exist_ok=True)
     handle = open(lock_path(directory), "a+", encoding="utf-8")  # noqa: SIM115 (held open)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "a process that has not written its name yet"

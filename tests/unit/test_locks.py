@@ -11,20 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from advrag.common.locks import DirectoryBusy, exclusive, lock_path
+from advrag.common.locks import DirectoryBusy, exclusive, lock_path, shared
 
 HOLD = """
 import sys, time
-from advrag.common.locks import exclusive
-with exclusive(sys.argv[1], "the test directory"):
+from advrag.common import locks
+with getattr(locks, sys.argv[2])(sys.argv[1], "the test directory"):
     print("held", flush=True)
     time.sleep(60)
 """
 
 
-def holder(directory: Path) -> subprocess.Popen:
-    """Another process holding ``directory`` (returns once it holds it)."""
-    process = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)],
+def holder(directory: Path, mode: str = "exclusive") -> subprocess.Popen:
+    """Another process holding ``directory`` (``exclusive`` or ``shared``; returns once it
+    holds it)."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), mode],
                                stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "held"
     return process
@@ -72,3 +73,46 @@ def test_a_held_data_directory_stops_the_data_step_before_it_writes(tmp_path, mo
     finally:
         other.kill()
         other.wait()
+
+
+def test_readers_share_a_directory_and_a_writer_is_refused_while_any_reads(tmp_path):
+    data = tmp_path / "data"
+    reader = holder(data, "shared")  # a training run reading data/
+    try:
+        with shared(data, "the data directory"):  # a benchmark reads beside it
+            pass
+        with pytest.raises(DirectoryBusy, match=rf"the data directory {data} is in use"):
+            with exclusive(data, "the data directory"):  # `advrag world` would rebuild it
+                pytest.fail("rebuilt the data under a reader")
+    finally:
+        reader.kill()
+        reader.wait()
+    writer = holder(data)
+    try:
+        with pytest.raises(DirectoryBusy, match=rf"the data directory {data} is in use"):
+            with shared(data, "the data directory"):
+                pytest.fail("read the data while it was being rebuilt")
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_the_world_command_rebuilds_data_only_while_no_run_reads_it(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from advrag.cli import app
+
+    out = tmp_path / "data" / "world"
+    args = ["world", "--out", str(out), "--n-train", "4", "--n-dev", "2", "--n-test", "2"]
+    reader = holder(tmp_path / "data", "shared")  # an RL run or a benchmark reading data/
+    try:
+        refused = CliRunner().invoke(app, args)
+        assert isinstance(refused.exception, DirectoryBusy) and not out.exists()
+    finally:
+        reader.kill()
+        reader.wait()
+    assert CliRunner().invoke(app, args).exit_code == 0
+    config = json.loads((out / "world.json").read_text())["config"]
+    assert config["passage_words"] == 60  # the one world every record uses
