@@ -24,7 +24,7 @@ from typing import Any
 import mlflow
 
 from advrag.common.allocator import allocator_in_use
-from advrag.common.redact import redact
+from advrag.common.redact import redact, redact_param
 
 DEFAULT_DIR = Path(".mlflow")
 ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
@@ -168,10 +168,11 @@ def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def log_params(run_id: str, params: dict[str, Any]) -> None:
-    """Log (nested) params, flattened to dotted keys."""
+    """Log (nested) params, flattened to dotted keys, secrets masked (``redact_param``: every
+    reader of the run sees them)."""
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in flatten(params).items()]
+    items = [Param(k, redact_param(k, v)) for k, v in flatten(params).items()]
     for start in range(0, len(items), 100):
         client().log_batch(run_id, params=items[start:start + 100])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from advrag.common.redact import environment_secrets, redact
+from advrag.common.redact import environment_secrets, redact, redact_param
 
 CASES = [
     ("`dvc remote modify origin secret_access_key wJalrXUtnFEMI/K7MDENG` failed",
@@ -19,7 +19,25 @@ CASES = [
     ("key sk-proj-abcdefgh12345678 leaked", "key *** leaked"),
     ("PASSWORD='s3cret word' and api_key=\"abc123\"", "PASSWORD=*** and api_key=***"),
     ("the step took 12 s; no secret here", "the step took 12 s; no secret here"),
+    ('{"user": "mlflow", "password": "hunter2pass"}', '{"user": "mlflow", "password": ***}'),
+    ("Authorization: Basic bWxmbG93Omh1bnRlcjI=", "Authorization: ***"),
+    ("mlflow server --backend-store-uri x --password hunter2pass --port 5000",
+     "mlflow server --backend-store-uri x --password *** --port 5000"),
+    ("HF_HOME=/x hf_abcdefghijklmnopqrstuvwxyz12 pulled", "HF_HOME=/x *** pulled"),
+    ("remote: ghp_abcdefghijklmnopqrstuvwxyz0123456789", "remote: ***"),
+    ("key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAKC\n-----END RSA PRIVATE KEY-----\nok",
+     "key:\n***\nok"),
+    ("max_new_tokens: 128, the author wrote it", "max_new_tokens: 128, the author wrote it"),
 ]
+
+
+@pytest.mark.parametrize(("name", "value", "kept"), [
+    ("judge.api_key", "sk-live-abc", "***"), ("config.summary.token", "t0k3n-value", "***"),
+    ("db.password", "hunter2", "***"), ("config.max_new_tokens", "128", "128"),
+    ("config.evidence_tokens", "768", "768"), ("config.judge.api_key", "", ""),
+    ("config.endpoint", "https://u:hunter2pass@host/v1", "https://u:***@host/v1")])
+def test_params_keep_no_secret(name, value, kept):
+    assert redact_param(name, value) == kept
 
 
 @pytest.mark.parametrize(("text", "expected"), CASES)
@@ -57,3 +75,10 @@ def test_a_failed_runs_error_tag_names_no_secret(tmp_path, monkeypatch):
             raise RuntimeError("cannot reach postgresql://mlflow:hunter2pass@db:5432/mlflow")
     tag = mlflow.get_run(run_id).data.tags["error"]
     assert "hunter2pass" not in tag and "mlflow:***@db" in tag
+    config = {"judge": {"api_key": "sk-live-abcdefgh1234", "endpoint":
+                        "https://u:hunter2pass@judge.internal/v1"}, "max_new_tokens": 128}
+    with tracking.tracked_run("redaction", "params", params={"config": config}) as run_id:
+        pass
+    params = mlflow.get_run(run_id).data.params
+    assert params == {"config.judge.api_key": "***", "config.max_new_tokens": "128",
+                      "config.judge.endpoint": "https://u:***@judge.internal/v1"}
