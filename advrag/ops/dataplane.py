@@ -54,8 +54,9 @@ def configure_s3_remote(name: str, url: str, endpoint_url: str | None = None, *,
     """Point DVC at an S3 (or S3-compatible) remote; re-running replaces it.
 
     ``endpoint_url`` is for MinIO, moto or other non-AWS servers. Credentials,
-    when given, go to the git-ignored ``.dvc/config.local``, never the committed
-    ``.dvc/config``; without them DVC uses boto3's usual chain (``AWS_*``
+    when given, go to the git-ignored ``.dvc/config.local`` (mode 0600), never the committed
+    ``.dvc/config``, and never through a command line (another user could read it in the
+    process list); without them DVC uses boto3's usual chain (``AWS_*``
     variables, ``~/.aws``, an instance role).
     """
     if not url.startswith("s3://") or len(url) <= len("s3://"):
@@ -69,8 +70,24 @@ def configure_s3_remote(name: str, url: str, endpoint_url: str | None = None, *,
     if endpoint_url:
         run_dvc(["remote", "modify", name, "endpointurl", endpoint_url], root)
     if access_key_id:
-        run_dvc(["remote", "modify", "--local", name, "access_key_id", access_key_id], root)
-        run_dvc(["remote", "modify", "--local", name, "secret_access_key", secret_access_key], root)
+        write_local_credentials(Path(root) / ".dvc" / "config.local", name,
+                                {"access_key_id": access_key_id,
+                                 "secret_access_key": secret_access_key})
+
+
+def write_local_credentials(path: Path, remote: str, values: dict[str, str]) -> None:
+    """Set ``values`` on DVC remote ``remote`` in ``path`` (a ``config.local``, DVC's configobj
+    format), keeping what else it holds; the file is written with mode 0600, atomically."""
+    from configobj import ConfigObj
+
+    config = ConfigObj(str(path) if path.is_file() else None)
+    section = f'remote "{remote}"'
+    config.setdefault(section, {}).update(values)
+    lines = config.write()
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 def build_world(out_dir: Path, config: WorldConfig) -> Path:

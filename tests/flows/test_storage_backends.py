@@ -69,8 +69,22 @@ def test_remote_credentials_stay_out_of_the_committed_config(tmp_path):
     assert "remote = storage" in committed  # the default remote
     assert "s3cr3t-value" not in committed and "AKIDEXAMPLE" not in committed
     assert "secret_access_key = s3cr3t-value" in local
+    assert (repo / ".dvc" / "config.local").stat().st_mode & 0o077 == 0  # this user's only
+    shown = dataplane.run_dvc(["config", "--local", "--list"], repo)  # DVC reads it back
+    assert "remote.storage.secret_access_key=s3cr3t-value" in shown
     ignored = subprocess.run(["git", "check-ignore", "-q", ".dvc/config.local"], cwd=repo)
     assert ignored.returncode == 0, ".dvc/config.local would be committed"
+
+
+def test_no_secret_reaches_a_command_line(tmp_path, monkeypatch):
+    repo = dvc_repo(tmp_path / "repo")
+    argvs = []
+    real = dataplane.run_dvc
+    monkeypatch.setattr(dataplane, "run_dvc", lambda args, root: argvs.append(args) or
+                        real(args, root))
+    dataplane.configure_s3_remote("storage", "s3://b/dvc", root=repo,
+                                  access_key_id="AKIDEXAMPLE", secret_access_key="s3cr3t-value")
+    assert argvs and not any("s3cr3t-value" in a or "AKIDEXAMPLE" in a for a in sum(argvs, []))
 
 
 @pytest.mark.slow
