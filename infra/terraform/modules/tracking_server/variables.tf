@@ -72,13 +72,20 @@ variable "client_security_group_ids" {
 }
 
 variable "allowed_cidr_blocks" {
-  description = "Extra CIDR blocks allowed to reach the server on mlflow_port (e.g. a VPN range for the UI); never 0.0.0.0/0."
+  description = "Extra private CIDR blocks allowed to reach the server on mlflow_port (e.g. a VPN range for the UI): each inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7."
   type        = list(string)
   default     = []
 
   validation {
-    condition     = !contains(var.allowed_cidr_blocks, "0.0.0.0/0") && !contains(var.allowed_cidr_blocks, "::/0")
-    error_message = "The tracking server must not be open to the internet: use SSM port forwarding or a VPN range."
+    # each block must lie inside a private range: its address in the range and its prefix at least the range's
+    condition = alltrue([for c in var.allowed_cidr_blocks : can(cidrhost(c, 0)) && anytrue([for r in [
+      "^10\\.[0-9.]+/([89]|[12][0-9]|3[0-2])$",
+      "^172\\.(1[6-9]|2[0-9]|3[01])\\.[0-9.]+/(1[2-9]|2[0-9]|3[0-2])$",
+      "^192\\.168\\.[0-9.]+/(1[6-9]|2[0-9]|3[0-2])$",
+      "^100\\.(6[4-9]|[7-9][0-9]|1[01][0-9]|12[0-7])\\.[0-9.]+/(1[0-9]|2[0-9]|3[0-2])$",
+      "^f[cd][0-9a-f]{0,2}:[0-9a-f:]*/([7-9]|[1-9][0-9]|1[01][0-9]|12[0-8])$",
+    ] : can(regex(r, lower(c)))])])
+    error_message = "The tracking server takes private ranges only (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7): never the internet; use SSM port forwarding or a VPN range."
   }
 }
 
