@@ -146,13 +146,15 @@ bench-chaining: install
 
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
-# installs it with --require-hashes. Rerun after changing a dependency (a test compares the files).
+# installs it with --require-hashes, its build tools first (build-tools.lock) so an sdist builds
+# with hash-checked setuptools. Rerun after changing a dependency (a test compares the files).
 UV := uv==0.13.9
 worker-lock: install
 	$(PY) -m pip install -q $(UV)
 	$(PY) -m uv pip compile infra/worker/requirements.in --python-version 3.12 \
 	  --python-platform x86_64-manylinux_2_35 --generate-hashes --no-header \
 	  --output-file infra/worker/requirements.lock
+	$(PY) infra/worker/build_tools.py
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

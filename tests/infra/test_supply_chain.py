@@ -79,7 +79,7 @@ def locked(path: Path) -> dict[str, tuple[str, list[str]]]:
     and its ``--hash`` lines (pip's --require-hashes format)."""
     entries, current = {}, None
     for line in path.read_text().splitlines():
-        if line and not line[0].isspace():
+        if line and not line[0].isspace() and not line.startswith("#"):
             name, version = line.removesuffix(" \\").split("==")
             current = entries.setdefault(canonicalize_name(name), (version, []))
         elif line.strip().startswith("--hash=sha256:"):
@@ -115,6 +115,13 @@ def test_the_worker_lock_pins_and_hashes_every_package_the_requirements_ask_for(
     assert not Requirement("vllm<0.8.5").specifier.contains(lock["vllm"][0])
 
 
+def test_the_build_tools_lock_is_the_locks_own_setuptools_and_wheel():
+    """An sdist in the lock builds with these (--no-build-isolation), hash-checked first."""
+    lock, tools = locked(WORKER / "requirements.lock"), locked(WORKER / "build-tools.lock")
+    assert set(tools) == {"setuptools", "wheel"}
+    assert all(tools[name] == lock[name] for name in tools)  # the same versions and hashes
+
+
 def test_the_worker_installs_only_the_hashed_lock_and_advrag_without_dependencies():
     from test_access import rendered_files
 
@@ -123,7 +130,9 @@ def test_the_worker_installs_only_the_hashed_lock_and_advrag_without_dependencie
                 if "pip install" in line]
     assert [" ".join(i.split()) for i in installs] == [
         "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --require-hashes --no-deps "
-        "-r /opt/advrag/src/infra/worker/requirements.lock",
+        "-r /opt/advrag/src/infra/worker/build-tools.lock",
+        "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --require-hashes --no-deps "
+        "--no-build-isolation -r /opt/advrag/src/infra/worker/requirements.lock",
         "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --no-deps --no-build-isolation "
         "-e /opt/advrag/src"]
     assert "sys.version_info[:2] != (3, 12)" in boot  # the Python the lock was resolved for
