@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from advrag.retrieval.server import LIMIT_HELP, ServerLimits
+from advrag.retrieval.limits import LIMIT_HELP, ServerLimits
 
 app = typer.Typer(help="advrag: retrieval-augmented agents trained with adversarial RL.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)

@@ -110,7 +110,7 @@ class HttpRetriever:
         cap, ``ServerLimits.max_queries``); more are sent in several."""
         import httpx
 
-        from advrag.retrieval.server import ServerLimits
+        from advrag.retrieval.limits import ServerLimits
 
         self.url = retrieve_url(url)
         self.max_queries = max_queries or ServerLimits().max_queries
