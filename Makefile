@@ -142,6 +142,7 @@ bench: install vllm $(VENV)/.bench-installed
 bench-chaining: install
 	$(PY) bench/learning/bench_chaining_warmup.py --variant lora --split dev
 	$(PY) bench/learning/bench_chaining_warmup.py --variant full --split dev
+	$(PY) bench/learning/bench_chaining_warmup.py --variant full --every-three-hop --split dev
 	$(PY) bench/learning/scoreboard.py
 
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
