@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 from prefect import task
@@ -139,22 +138,6 @@ def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
     return out, left_out
 
 
-def _train_epoch(policy, optimizer, tokenizer, examples: list, config: DiscriminatorSFTConfig,
-                 epoch: int, bar) -> list[dict[str, float]]:
-    """One pass over ``examples`` in the epoch's seeded order, counted on ``bar``; each
-    step's metrics."""
-    from advrag.engines.local.sft import batches_of, sft_step
-    from advrag.engines.local.tokenize import encode_trajectories
-
-    sft = config.sft.model_copy(update={"epochs": 1, "seed": config.sft.seed + epoch})
-    history = []
-    for rows in batches_of(len(examples), sft):
-        history.append(sft_step(policy, optimizer, encode_trajectories(
-            [examples[i] for i in rows], tokenizer, max_len=sft.max_seq_len).to(policy.device), sft))
-        bar.update(len(rows))
-    return history
-
-
 def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> float:
     """AUROC of P(yes) on held-out judge examples: the judge writes greedily up to its
     "Verdict:" (at most as many tokens as the example's target) and P(yes) is read there, as
@@ -177,7 +160,8 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
              run_id: str) -> dict[str, float]:
     """SFT with early stopping on the held-out AUROC (``heldout_auroc``: how well P(yes) ranks
     sound above unsound slices, what GAR's rewards read; the loss can fall while the verdicts
-    stay at chance); the best epoch's adapter is saved and kept.
+    stay at chance), run by the engine's ``early_stopped_finetune``; the best epoch's adapter
+    is saved and kept.
 
     Returns the best epoch (from 1), its held-out AUROC and loss, and the epochs run.
     The adapter goes to ``checkpoint_dir/adapter`` (atomically) whenever the
@@ -185,7 +169,7 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     """
     from advrag.common.fileio import atomic_dir
     from advrag.engines.local.generation import HFGenerator
-    from advrag.engines.local.policy import adamw
+    from advrag.engines.local.sft import EarlyStopping, early_stopped_finetune
     from advrag.engines.local.tokenize import refuse_cut
     from advrag.engines.local.verdicts import judgment_loss
 
@@ -197,33 +181,33 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
         print(f"evidence_tokens = {config.evidence_tokens} left {train_left_out + held_left_out} "
               f"earlier passages out of {len(train) + len(held)} judge examples (counted as "
               "sft/evidence_left_out); raise it to show them")
-    refuse_cut(train + held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
-               "judge examples (slice, its passages and the verdict)")
+    refuse_cut(held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
+               "held-out judge examples")  # the training ones: early_stopped_finetune's
     sound = [r["sound"] for r in rows if r["split"] == "heldout"]
-    optimizer = adamw(policy.trainable_parameters(), lr=config.sft.lr, weight_decay=0.0)
-    best, best_epoch, step, adapter = {"auroc": -math.inf}, 0, 0, config.checkpoint_dir / "adapter"
-    with console.progress("discriminator SFT", len(train) * config.sft.epochs, "slices") as bar:
-        for epoch in range(config.sft.epochs):
-            for metrics in _train_epoch(policy, optimizer, tokenizer, train, config, epoch, bar):
-                tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in metrics.items()}, step=step)
-                step += 1
-            scores = {"auroc": heldout_auroc(policy, tokenizer, held, sound),
-                      "loss": judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
-                                            micro_batch_size=config.sft.micro_batch_size)}
-            tracking.log_metrics(run_id, {f"sft/heldout_{k}": v for k, v in scores.items()},
-                                 step=epoch)
-            print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out AUROC {scores['auroc']:.3f}, "
-                  f"loss {scores['loss']:.4f}")
-            bar.set_postfix_str(f"held-out AUROC {scores['auroc']:.3f}", refresh=False)
-            if scores["auroc"] > best["auroc"]:
-                best, best_epoch = scores, epoch
-                with atomic_dir(adapter) as tmp:
-                    policy.save_weights(tmp)
-            elif epoch - best_epoch >= config.patience:
-                break
-    policy.load_weights(adapter)
-    return {"best_epoch": float(best_epoch + 1), "heldout_auroc": best["auroc"],
-            "heldout_loss": best["loss"], "epochs_run": float(epoch + 1)}
+    adapter = config.checkpoint_dir / "adapter"
+
+    def measure() -> dict[str, float]:
+        return {"auroc": heldout_auroc(policy, tokenizer, held, sound),
+                "loss": judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
+                                      micro_batch_size=config.sft.micro_batch_size)}
+
+    def save() -> None:
+        with atomic_dir(adapter) as tmp:
+            policy.save_weights(tmp)
+
+    def logged(epoch: int, scores: dict[str, float]) -> None:
+        tracking.log_metrics(run_id, {f"sft/heldout_{k}": v for k, v in scores.items()},
+                             step=epoch)
+        print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out AUROC {scores['auroc']:.3f}, "
+              f"loss {scores['loss']:.4f}")
+
+    stopping = EarlyStopping(measure, "auroc", config.patience, save,
+                             lambda: policy.load_weights(adapter), logged)
+    return early_stopped_finetune(
+        policy, tokenizer, train, config.sft, stopping, setting="sft.max_seq_len",
+        label="discriminator SFT", what="judge examples",
+        on_step=lambda step, m: tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in
+                                                              m.items()}, step=step))
 
 
 @task(cache_policy=NO_CACHE)

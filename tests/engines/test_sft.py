@@ -8,7 +8,15 @@ import torch
 from advrag.agents.types import Trajectory
 from advrag.common import console
 from advrag.engines.local.policy import TrainablePolicy
-from advrag.engines.local.sft import SFTConfig, batches_of, nll_loss, sft_step, supervised_finetune
+from advrag.engines.local.sft import (
+    EarlyStopping,
+    SFTConfig,
+    batches_of,
+    early_stopped_finetune,
+    nll_loss,
+    sft_step,
+    supervised_finetune,
+)
 from advrag.engines.local.tokenize import encode_trajectories
 from advrag.models.loading import load_policy
 
@@ -70,6 +78,26 @@ def test_batches_walk_one_permutation_per_epoch():
     assert [len(rows) for rows in steps] == [2, 2, 2, 2, 2]  # 10 rows, epochs run together
     assert sorted(flat[:5]) == sorted(flat[5:]) == [0, 1, 2, 3, 4]
     assert steps == batches_of(5, SFTConfig(batch_size=2, epochs=2, seed=3))
+
+
+def test_early_stopping_keeps_the_best_epoch_and_ends_after_its_patience(tiny_policy_dir):
+    policy, tokenizer = _policy(tiny_policy_dir)
+    scores, calls = iter([0.5, 0.7, 0.6, 0.65, 0.9]), []
+    stopping = EarlyStopping(
+        measure=lambda: {"auroc": next(scores), "loss": 1.0}, key="auroc", patience=2,
+        save=lambda: calls.append("save"), restore=lambda: calls.append("restore"),
+        on_epoch=lambda epoch, s: calls.append(epoch))
+    steps = []
+    result = early_stopped_finetune(policy, tokenizer, _demos(),
+                                    SFTConfig(lr=1e-2, epochs=5, batch_size=2), stopping,
+                                    on_step=lambda step, m: steps.append(step))
+    # 0.5 (best), 0.7 (best), 0.6 and 0.65 (two without a higher one: patience 2) → stop
+    assert calls == [0, "save", 1, "save", 2, 3, "restore"]
+    assert result == {"best_epoch": 2.0, "epochs_run": 4.0, "heldout_auroc": 0.7,
+                      "heldout_loss": 1.0}
+    assert steps == list(range(8))  # 2 steps an epoch, counted across epochs
+    with pytest.raises(ValueError, match="no judge examples"):
+        early_stopped_finetune(policy, tokenizer, [], SFTConfig(), stopping, what="judge examples")
 
 
 def test_no_demonstrations_is_a_clear_error(tiny_policy_dir):

@@ -6,12 +6,18 @@ targets), averaged over all such tokens of a step's batch; micro-batches are
 weighted by their token share, so accumulation equals one full-batch loss.
 Each epoch walks a seeded permutation of the demonstrations; a step is one
 AdamW update with gradient clipping. bf16 autocast follows the policy.
+
+With ``EarlyStopping`` the epochs run one at a time: after each, a held-out measure
+scores the policy; the best epoch's weights are kept (``save``), ``patience`` epochs without
+a better score end the run, and the best weights are put back (``restore``).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -59,6 +65,27 @@ def batches_of(n: int, config: SFTConfig) -> list[list[int]]:
     return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
 
 
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Epoch-by-epoch SFT against a held-out measure (module docstring).
+
+    Attributes:
+        measure: the held-out scores of the policy as it is (``{"auroc": …, "loss": …}``).
+        key: the score that chooses (higher is better).
+        patience: epochs without a higher ``key`` before the run ends.
+        save: keeps the current weights as the best (an atomic write).
+        restore: puts the best weights back at the end.
+        on_epoch: called with ``(epoch, scores)`` after each measure (logging).
+    """
+
+    measure: Callable[[], dict[str, float]]
+    key: str
+    patience: int
+    save: Callable[[], None]
+    restore: Callable[[], None]
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None
+
+
 def supervised_finetune(
     policy: TrainablePolicy,
     tokenizer,
@@ -73,21 +100,70 @@ def supervised_finetune(
     ``setting`` (where the budget is set); ``on_step(step, metrics)`` is called after every
     update (logging, progress).
     """
-    if not demonstrations:
-        raise ValueError("no demonstrations to fine-tune on; check the data and max_turns")
-    refuse_cut(demonstrations, tokenizer, config.max_seq_len, setting)
-    optimizer = adamw(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
+    optimizer = _prepared(policy, tokenizer, demonstrations, config, setting, "demonstrations")
+    with console.progress("warm-up", len(demonstrations) * config.epochs,
+                          "demonstrations") as bar:
+        return _run_steps(policy, optimizer, tokenizer, demonstrations,
+                          batches_of(len(demonstrations), config), config, bar, on_step)
+
+
+def early_stopped_finetune(
+    policy: TrainablePolicy,
+    tokenizer,
+    examples: Sequence[Trajectory],
+    config: SFTConfig,
+    stopping: EarlyStopping,
+    *,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    setting: str = "sft.max_seq_len",
+    label: str = "SFT",
+    what: str = "examples",
+) -> dict[str, float]:
+    """Fine-tune ``policy`` on ``examples`` epoch by epoch against ``stopping``'s held-out
+    measure (module docstring); the best epoch (from 1), its scores and the epochs run."""
+    optimizer = _prepared(policy, tokenizer, examples, config, setting, what)
+    best, best_epoch, epoch, step = {stopping.key: -math.inf}, 0, 0, 0
+    with console.progress(label, len(examples) * config.epochs, what) as bar:
+        for epoch in range(config.epochs):
+            one = config.model_copy(update={"epochs": 1, "seed": config.seed + epoch})
+            step += len(_run_steps(policy, optimizer, tokenizer, examples,
+                                   batches_of(len(examples), one), one, bar, on_step,
+                                   first=step))
+            scores = stopping.measure()
+            bar.set_postfix_str(f"held-out {stopping.key} {scores[stopping.key]:.3f}",
+                                refresh=False)
+            if stopping.on_epoch is not None:
+                stopping.on_epoch(epoch, scores)
+            if scores[stopping.key] > best[stopping.key]:
+                best, best_epoch = scores, epoch
+                stopping.save()
+            elif epoch - best_epoch >= stopping.patience:
+                break
+    stopping.restore()
+    return {"best_epoch": float(best_epoch + 1), "epochs_run": float(epoch + 1),
+            **{f"heldout_{k}": v for k, v in best.items()}}
+
+
+def _prepared(policy, tokenizer, examples, config: SFTConfig, setting: str, what: str):
+    """The run's optimizer, once ``examples`` are known to exist and to fit ``max_seq_len``."""
+    if not examples:
+        raise ValueError(f"no {what} to fine-tune on; check the data and max_turns")
+    refuse_cut(examples, tokenizer, config.max_seq_len, setting, what)
+    return adamw(policy.trainable_parameters(), lr=config.lr, weight_decay=0.0)
+
+
+def _run_steps(policy, optimizer, tokenizer, demonstrations, batches, config: SFTConfig, bar,
+               on_step, first: int = 0) -> list[dict[str, float]]:
+    """One update per batch of row indices; each step's metrics (steps counted from ``first``)."""
     history = []
-    batches = batches_of(len(demonstrations), config)
-    with console.progress("warm-up", sum(map(len, batches)), "demonstrations") as bar:
-        for step, rows in enumerate(batches):
-            batch = encode_trajectories(
-                [demonstrations[i] for i in rows], tokenizer, max_len=config.max_seq_len
-            ).to(policy.device)
-            metrics = sft_step(policy, optimizer, batch, config)
-            history.append(metrics)
-            bar.set_postfix_str(f"loss {metrics['loss']:.3f}", refresh=False)
-            bar.update(len(rows))
-            if on_step is not None:
-                on_step(step, metrics)
+    for step, rows in enumerate(batches, start=first):
+        batch = encode_trajectories(
+            [demonstrations[i] for i in rows], tokenizer, max_len=config.max_seq_len
+        ).to(policy.device)
+        metrics = sft_step(policy, optimizer, batch, config)
+        history.append(metrics)
+        bar.set_postfix_str(f"loss {metrics['loss']:.3f}", refresh=False)
+        bar.update(len(rows))
+        if on_step is not None:
+            on_step(step, metrics)
     return history
