@@ -15,7 +15,8 @@ run resumes at the stage it was in (an epoch restarts from the epoch before it):
    (r 16, lr 2e-4: a fresh adapter each epoch, merged after it) or full fine-tuning (lr 2e-5).
 2. With ``--rejection K``: K sampled rollouts (temperature 1) of each of the first
    ``--rejection-questions`` chained training questions by the last epoch's model; the correct
-   ones (EM 1, no format error) are fine-tuned on for one more epoch (rejection sampling).
+   ones (EM 1, no format error, kept in ``rs<K>-kept.json``) are fine-tuned on for one more
+   epoch (rejection sampling).
 3. Each snapshot (the base, every epoch, the rejection round) benchmarked on ``--split`` with
    the Search-R1 agent (4 turns, 128 new tokens, greedy): EM/F1 per question kind with
    bootstrap intervals, format errors, searches, hop recall, chaining rate, turns cut.
@@ -105,14 +106,20 @@ def demonstrations(config: GrpoConfig, limit: int, every_three_hop: bool = False
     return demos[:limit] + later
 
 
-def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int) -> list:
+def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
+                      out: Path) -> list:
     """The correct rollouts (EM 1, no format error) of ``k`` samples of each of the first
-    ``questions`` chained training questions."""
+    ``questions`` chained training questions, kept in ``out`` (read back when there, so a
+    killed run does not sample again)."""
     from advrag.agents.search_loop import run_search_agent
+    from advrag.agents.types import Segment, Trajectory
     from advrag.engines.local.generation import HFGenerator
     from advrag.models.loading import load_policy
     from advrag.retrieval.retriever import load_retriever
 
+    if out.is_file():
+        return [Trajectory(segments=[Segment(s["text"], s["source"]) for s in t])
+                for t in json.loads(out.read_text())]
     chained = [r for r in load_qa(config.world_dir / "train.jsonl")
                if question_kind(r) in ("two-hop", "three-hop")][:questions]
     policy = load_policy(model)
@@ -126,6 +133,9 @@ def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int) ->
         kept += [t for t, r in zip(trajs, batch, strict=True)
                  if exact_match(t.answer, r.golden_answers) and t.format_errors == 0]
     print(f"rejection sampling: kept {len(kept)} of {len(chained) * k} rollouts", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([[{"text": s.text, "source": s.source} for s in t.segments]
+                               for t in kept]))
     return kept
 
 
@@ -169,7 +179,8 @@ def main() -> None:
         model = str(finetune_once(config, model, demos, epoch, work / f"epoch-{epoch + 1}"))
         snapshots[f"epoch {epoch + 1}"] = model
     if args.rejection:
-        kept = rejection_samples(config, model, args.rejection, args.rejection_questions)
+        kept = rejection_samples(config, model, args.rejection, args.rejection_questions,
+                                 work / f"rs{args.rejection}-kept.json")
         snapshots[f"rejection round (k {args.rejection})"] = str(finetune_once(
             config, model, kept, args.epochs, work / f"rs{args.rejection}"))
     results = {name: scored(path, config, args.split, args.limit,
