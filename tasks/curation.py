@@ -7,9 +7,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from advrag.config import CurateSection
 from advrag.datasets.records import QARecord
 from advrag.recipes.ur2 import UR2Config
+from advrag.recipes.ur2.config import CurateSection
 from advrag.tasks import tracking
 
 

@@ -1,7 +1,7 @@
 """Typed run configuration (pydantic), read from ``configs/*.yaml``.
 
 ``flows``: one model per non-RL flow and the sections lower layers read (data, benchmark,
-summaries, curation); ``rl``: the fields every RL recipe shares (each recipe's own config
+summaries); ``rl``: the fields every RL recipe shares (each recipe's own config
 extends it in ``advrag.recipes.<name>.config``); ``engine``: the engine's sections
 (optimiser, LoRA, SFT); ``loading``: YAML with ``extends:``, ``--set`` overrides and the
 one-message errors; ``base``: the strict base model, the one config hash and the
@@ -12,7 +12,6 @@ from advrag.config.base import OverridesOf, Strict, config_hash
 from advrag.config.engine import LoraSettings, SFTConfig, TrainConfig
 from advrag.config.flows import (
     BenchmarkConfig,
-    CurateSection,
     DataConfig,
     DataFiles,
     DemoConfig,
@@ -34,7 +33,7 @@ from advrag.config.loading import (
 from advrag.config.rl import RLRunConfig, WarmupSection
 
 __all__ = [
-    "BenchmarkConfig", "ConfigError", "CurateSection", "DataConfig", "DataFiles", "DemoConfig",
+    "BenchmarkConfig", "ConfigError", "DataConfig", "DataFiles", "DemoConfig",
     "DiscriminatorSFTConfig", "LoraSettings", "Method", "PipelineConfig", "OverridesOf",
     "PromotionSection", "RLRunConfig", "SFTConfig", "Strict", "SummaryConfig", "TrainConfig",
     "WarmupSection", "WorldSection",
