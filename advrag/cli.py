@@ -46,13 +46,17 @@ def _environment() -> None:
     """Telemetry off, state project-local, offline: set before any command imports
     torch, Prefect or MLflow. Values already in the environment win. Flows report to the
     Prefect server `advrag ui` or `advrag schedule` runs from PREFECT_HOME when one answers,
-    else to a temporary one Prefect starts."""
+    else to a temporary one Prefect starts; either requires the project's credential
+    (PREFECT_HOME/auth-string), which the client then sends. With a PREFECT_API_URL of the
+    user's own, their own credential settings are left as they are."""
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if "PREFECT_API_URL" not in os.environ:
-        from advrag.ops.scheduling import local_api
+        from advrag.ops.scheduling import credential_env, local_api
 
-        url = local_api(Path(os.environ["PREFECT_HOME"]))
+        home = Path(os.environ["PREFECT_HOME"])
+        os.environ.update(credential_env(home))  # the server is ours: its home's credential
+        url = local_api(home)
         if url is not None:
             os.environ["PREFECT_API_URL"] = url
 
@@ -322,10 +326,10 @@ def serve_retriever(
     concurrent requests, optionally summarised (UR²)."""
     from pydantic import ValidationError
 
+    from advrag.common.hosts import allowed_hosts
     from advrag.recipes.ur2.recipe import load_summary_model
     from advrag.retrieval.server import (
         ServerLimits,
-        allowed_hosts,
         require_token_beyond_loopback,
         serve,
         summary_config,
@@ -695,12 +699,14 @@ def schedule(
     pool: str = typer.Option("advrag-local", help="Process work pool of the deployment and worker."),
 ) -> None:
     """Start a local Prefect server, register the nightly deployment, start a worker."""
+    from advrag.ops.scheduling import CREDENTIAL_FILE
     from advrag.ops.scheduling import schedule as start
 
     s = start(Path("."), Path(os.environ["PREFECT_HOME"]), port=port, pool=pool)
     typer.echo(f"Prefect UI {s.ui_url} (API {s.api_url}), server ready in {s.server_start_s:.1f} s")
     typer.echo(f"deployments {', '.join(s.deployments)} on pool {s.pool}; logs and pids in {s.home}")
-    typer.echo(f"run one now: PREFECT_API_URL={s.api_url} prefect deployment run 'nightly/nightly'")
+    typer.echo(f"run one now: PREFECT_API_URL={s.api_url} PREFECT_API_AUTH_STRING=\"$(cat "
+               f"{s.home / CREDENTIAL_FILE})\" prefect deployment run 'nightly/nightly'")
     typer.echo("stop: advrag unschedule")
 
 
@@ -721,6 +727,7 @@ def ui(
 ) -> None:
     """The MLflow UI (.mlflow/) and the Prefect UI (PREFECT_HOME) on the demo's stores; Ctrl-C stops both."""
     from advrag.ops import ui as servers
+    from advrag.ops.scheduling import CREDENTIAL_FILE
     from advrag.tasks import tracking
 
     store, notes = tracking.DEFAULT_DIR, []
@@ -730,8 +737,11 @@ def ui(
         route = tracking.share_runs_view(experiment, *servers.EM_F1_VIEW)
         if route:
             notes.append(f"EM/F1 of every {experiment} run: http://{servers.HOST}:{mlflow_port}/{route}")
+    home = Path(os.environ["PREFECT_HOME"])
     specs = [servers.mlflow_spec(store / "mlflow.db", store / "artifacts", mlflow_port),
-             servers.prefect_spec(Path(os.environ["PREFECT_HOME"]), prefect_port)]
+             servers.prefect_spec(home, prefect_port)]
+    notes.append(f"Prefect asks for this project's password once per browser: it is in "
+                 f"{home / CREDENTIAL_FILE} (mode 0600)")
     try:
         servers.serve(specs, typer.echo, tuple(notes))
     except servers.UIError as err:

@@ -16,7 +16,9 @@ kills an unrelated program that reused the number.
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -50,6 +52,8 @@ class Scheduled:
     home: Path
 
 
+CREDENTIAL_FILE = "auth-string"
+"""In PREFECT_HOME: the project's Prefect credential (``project_credential``), mode 0600."""
 API_URL_FILE = "api-url"
 """In PREFECT_HOME while a server started from it runs (`advrag schedule`, `advrag ui`): its API
 URL, which every `advrag` command then reports to instead of starting a temporary server."""
@@ -85,8 +89,7 @@ def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-lo
     home.mkdir(parents=True, exist_ok=True)
     env = prefect_env(home, port)
     started = time.monotonic()
-    ensure_started(home, "server", [*prefect_cli(), "server", "start", "--host", HOST,
-                                    "--port", str(port), "--analytics-off"], env, root)
+    ensure_started(home, "server", server_command(port), env, root)
     wait_healthy(api_url(port), timeout_s, home)
     server_start_s = time.monotonic() - started
     record_api(home, api_url(port))
@@ -94,7 +97,7 @@ def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-lo
     names = [arg for name in deployments for arg in ("-n", name)]
     run_cli(["--no-prompt", "deploy", *names, "--pool", pool], env, root)
     if running(home, "worker") is None:
-        skip_missed_runs(api_url(port))
+        skip_missed_runs(api_url(port), project_credential(home))
     ensure_started(home, "worker", [*prefect_cli(), "worker", "start", "--pool", pool,
                                     "--type", "process", "--limit", "1",
                                     "--install-policy", "never"], env, root)
@@ -112,11 +115,58 @@ def unschedule(home: Path, timeout_s: float = 30) -> list[str]:
     return stopped
 
 
+def server_command(port: int, host: str = HOST) -> list[str]:
+    """The command that serves Prefect on ``host``:``port``, answering only its Host names
+    (``advrag.ops.prefect_server``)."""
+    return [sys.executable, "-m", "advrag.ops.prefect_server", "--host", host, "--port",
+            str(port)]
+
+
 def prefect_env(home: Path, port: int) -> dict[str, str]:
     """This environment plus project-local Prefect state, the local API and its guards."""
     return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api_url(port),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
-            **guarded(f"http://{HOST}:{port}")}
+            **guarded(f"http://{HOST}:{port}"), **credential_env(home)}
+
+
+def project_credential(home: Path) -> str:
+    """The project's Prefect credential, kept in ``home``/auth-string (made on first use,
+    mode 0600): the servers advrag starts require it and its clients send it (HTTP Basic),
+    so no other user of this machine, and no web page, can drive the local worker."""
+    path = home / CREDENTIAL_FILE
+    if not path.exists():
+        _write_new_credential(path)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise SchedulingError(f"{path} is readable by other users (mode {mode:o}): "
+                              f"`chmod 600 {path}`, or delete it to make a new one")
+    credential = path.read_text().strip()
+    if not credential:
+        raise SchedulingError(f"{path} is empty: delete it to make a new one")
+    return credential
+
+
+def _write_new_credential(path: Path) -> None:
+    """A fresh random credential at ``path`` (0600), whole or not at all: written aside, then
+    linked into place, so a concurrent first use keeps whichever landed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{secrets.token_urlsafe(32)}\n")
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        pass
+    finally:
+        aside.unlink()
+
+
+def credential_env(home: Path) -> dict[str, str]:
+    """Prefect's settings for the project's credential: required by the server, sent by the
+    client."""
+    credential = project_credential(home)
+    return {"PREFECT_SERVER_API_AUTH_STRING": credential, "PREFECT_API_AUTH_STRING": credential}
 
 
 def guarded(origin: str) -> dict[str, str]:
@@ -126,18 +176,29 @@ def guarded(origin: str) -> dict[str, str]:
     open in the user's browser could create a deployment that the local worker runs. Here
     CORS allows only the server's own origin (its UI) and CSRF protection is on: each
     state-changing request needs a token from ``/csrf-token``, which Prefect's UI and clients
-    fetch and a page from another origin cannot read. The servers bind to loopback only,
-    so no auth string is set.
+    fetch and a page from another origin cannot read. The servers bind to loopback, answer
+    only loopback Host names (``advrag.ops.prefect_server``) and require the project's
+    credential (``credential_env``).
     """
     return {"PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": origin,
             "PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED": "true"}
 
 
-def csrf_headers(url: str, client: str = "advrag-schedule") -> dict[str, str]:
-    """Headers with a CSRF token of the Prefect API at ``url``, for our own raw requests."""
-    response = httpx.get(f"{url}/csrf-token", params={"client": client}, timeout=30)
+def basic_auth(credential: str) -> dict[str, str]:
+    """The Authorization header Prefect's server checks: ``Basic`` and the credential in
+    base64 (Prefect's own scheme, without a user name)."""
+    return {"Authorization": "Basic " + base64.b64encode(credential.encode()).decode()}
+
+
+def api_headers(url: str, credential: str, client: str = "advrag-schedule") -> dict[str, str]:
+    """Headers for our own raw requests to the Prefect API at ``url``: the credential and a
+    CSRF token."""
+    auth = basic_auth(credential)
+    response = httpx.get(f"{url}/csrf-token", params={"client": client}, headers=auth,
+                         timeout=30)
     response.raise_for_status()
-    return {"Prefect-Csrf-Token": response.json()["token"], "Prefect-Csrf-Client": client}
+    return {**auth, "Prefect-Csrf-Token": response.json()["token"],
+            "Prefect-Csrf-Client": client}
 
 
 def prefect_cli() -> list[str]:
@@ -179,14 +240,14 @@ def ensure_started(home: Path, name: str, cmd: list[str], env: dict[str, str], c
     return pid
 
 
-def skip_missed_runs(url: str) -> int:
+def skip_missed_runs(url: str, credential: str) -> int:
     """Cancel the auto-scheduled runs whose time passed while no worker ran; returns how many.
 
     A restart after days off then starts with the next night instead of
     replaying every missed one (Prefect would run them late, back to back).
     Runs triggered by hand are kept. Each cancelled run says why.
     """
-    now, headers = datetime.now(timezone.utc).isoformat(), csrf_headers(url)
+    now, headers = datetime.now(timezone.utc).isoformat(), api_headers(url, credential)
     runs = httpx.post(f"{url}/flow_runs/filter", timeout=30, headers=headers, json={"flow_runs": {
         "state": {"type": {"any_": ["SCHEDULED"]}}, "expected_start_time": {"before_": now}}})
     runs.raise_for_status()

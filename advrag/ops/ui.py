@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advrag.common.health import answers
-from advrag.ops.scheduling import API_URL_FILE, guarded
+from advrag.ops.scheduling import API_URL_FILE, credential_env, guarded, server_command
 
 HOST = "127.0.0.1"
 # The MLflow runs view `advrag ui` links to: the benchmark's per-method EM and F1 averaged over
@@ -70,16 +70,16 @@ def mlflow_spec(db: Path, artifacts: Path, port: int = 5000) -> ServerSpec:
 
 
 def prefect_spec(home: Path, port: int = 4200) -> ServerSpec:
-    """`prefect server start` with its SQLite database under ``home`` (PREFECT_HOME), refusing
-    other origins (``scheduling.guarded``)."""
+    """Prefect's server with its SQLite database under ``home`` (PREFECT_HOME), answering
+    only loopback Host names, refusing other origins (``scheduling.guarded``) and requiring
+    the project's credential (``scheduling.credential_env``)."""
     home = home.resolve()
     url = f"http://{HOST}:{port}"
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST,
-           "--port", str(port), "--analytics-off"]
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"{url}/api",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", **guarded(url)}
-    return ServerSpec("Prefect", cmd, env, url, f"{url}/api/health", home / "ui-server.log",
-                      home / API_URL_FILE)
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", **guarded(url),
+           **credential_env(home)}
+    return ServerSpec("Prefect", server_command(port, HOST), env, url, f"{url}/api/health",
+                      home / "ui-server.log", home / API_URL_FILE)
 
 
 def launch(spec: ServerSpec) -> Server:

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from advrag.common.bearer import TOKEN_ENV, is_loopback, retriever_token
+from advrag.common.hosts import LOOPBACK_NAMES, HostChecked, allowed_hosts, refuse
 from advrag.common.types import Passage, Retriever
 from advrag.retrieval.limits import LIMIT_HELP, ServerLimits
 
@@ -71,9 +72,6 @@ if TYPE_CHECKING:
     from advrag.retrieval.summary import LLMSummariser, ModelLoader
 
 DEFAULT_TOPK = 3
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-"""The Host names a server bound to loopback answers."""
-WILDCARDS = ("0.0.0.0", "::", "")
 KNOWN_PATHS = ("/retrieve", "/health", "/metrics")
 """Paths the metrics name; any other is counted as ``other`` (no label per probe URL)."""
 
@@ -178,7 +176,7 @@ def create_app(
     app.add_middleware(_Bounded, max_bytes=limits.max_body_bytes)  # the innermost: runs last
     if token:
         app.add_middleware(_Authorised, token=token)
-    app.add_middleware(_HostChecked, allowed=allowed_hosts)
+    app.add_middleware(HostChecked, allowed=allowed_hosts)
     app.add_middleware(_Measured, metrics=metrics)
 
     @app.get("/health", response_model=None)
@@ -255,41 +253,6 @@ class _Measured:
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
-async def _refuse(send, status: int, detail: str) -> None:
-    """Answer ``status`` with ``{"detail": ...}`` (from a middleware, before the app runs)."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": json.dumps({"detail": detail}).encode()})
-
-
-def host_name(header: bytes) -> str:
-    """The name in a Host header, without its port (``[::1]:8000`` → ``::1``), lower-cased."""
-    host = header.decode("latin-1").strip().lower()
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-class _HostChecked:
-    """ASGI middleware: a request whose Host is not one of ``allowed`` gets 403 (DNS
-    rebinding: a page from a name that resolves to this machine must not reach it)."""
-
-    def __init__(self, app, allowed: Sequence[str]) -> None:
-        self.app, self.allowed = app, {h.lower() for h in allowed}
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        host = host_name(dict(scope["headers"]).get(b"host", b""))
-        if host in self.allowed:
-            await self.app(scope, receive, send)
-            return
-        await _refuse(send, 403, f"Host {host!r} is not one this server answers "
-                                 f"({', '.join(sorted(self.allowed))}): start it with "
-                                 "--allowed-host for the name its clients use")
-
-
 class _Bounded:
     """ASGI middleware: a request body over ``max_bytes`` gets 413, from its Content-Length
     or as soon as that many bytes have arrived; the rest is never read."""
@@ -305,7 +268,7 @@ class _Bounded:
                    "split the request")
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _refuse(send, 413, too_big)
+            await refuse(send, 413, too_big)
             return
         chunks, size, more = [], 0, True
         while more:
@@ -316,7 +279,7 @@ class _Bounded:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                await _refuse(send, 413, too_big)
+                await refuse(send, 413, too_big)
                 return
         body, replayed = b"".join(chunks), False
 
@@ -364,18 +327,6 @@ def require_token_beyond_loopback(host: str) -> str | None:
                          f"{TOKEN_ENV} (its clients send the same value as a bearer token), "
                          "or bind 127.0.0.1")
     return token
-
-
-def allowed_hosts(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """The Host names a server bound to ``host`` answers: the loopback names, ``host`` itself
-    (unless a wildcard) and ``extra``; a wildcard bind with no ``extra`` is refused, as any
-    name could reach it."""
-    if host in WILDCARDS and not extra:
-        raise ValueError(f"--host {host or '(all)'} answers on every address: name the host "
-                         "names its clients use with --allowed-host (DNS rebinding: any name "
-                         "that resolves here would reach it otherwise)")
-    bound = () if host in WILDCARDS else (host,)
-    return tuple(dict.fromkeys((*LOOPBACK_NAMES, *bound, *extra)))
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:

@@ -55,13 +55,13 @@ def make_project(root: Path) -> Path:
 
 
 def start_server(home: Path, port: int) -> float:
-    """Seconds from `prefect server start` to a healthy API."""
+    """Seconds from the start of the Prefect server (as `advrag schedule` starts it) to a
+    healthy API."""
     from advrag.ops import scheduling
 
     start = time.perf_counter()
-    scheduling.start_background(home, "server", [
-        *scheduling.prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-        "--analytics-off"], scheduling.prefect_env(home, port), home)
+    scheduling.start_background(home, "server", scheduling.server_command(port),
+                                scheduling.prefect_env(home, port), home)
     scheduling.wait_healthy(scheduling.api_url(port), 300, home)
     return time.perf_counter() - start
 

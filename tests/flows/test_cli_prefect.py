@@ -45,8 +45,9 @@ def test_a_prefect_server_that_does_not_start_is_one_line_naming_the_fix(tmp_pat
 
 
 GUARDED_EPHEMERAL = """
-import json, httpx
+import json, os, httpx
 from advrag.cli import _environment
+from advrag.ops.scheduling import basic_auth
 _environment()
 from prefect import flow
 from prefect.server.api.server import SubprocessASGIServer
@@ -58,6 +59,9 @@ preflight = httpx.options(f"{server.api_url}/flows/", timeout=30, headers={
     "Access-Control-Request-Headers": "content-type"})
 forged = httpx.post(f"{server.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
                     headers={"Origin": "http://evil.example"})
+unsigned = httpx.get(f"{server.api_url}/csrf-token", params={"client": "evil"}, timeout=30)
+signed = httpx.get(f"{server.api_url}/csrf-token", params={"client": "evil"}, timeout=30,
+                   headers=basic_auth(os.environ["PREFECT_API_AUTH_STRING"]))
 
 @flow
 def answer() -> int:
@@ -65,6 +69,8 @@ def answer() -> int:
 
 print(json.dumps({"allow_origin": preflight.headers.get("access-control-allow-origin"),
                   "forged": [forged.status_code, forged.json().get("detail")],
+                  "token": [unsigned.status_code, unsigned.json().get("exception_message"),
+                            signed.status_code],
                   "flow": answer(), "same_server": SubprocessASGIServer() is server}))
 server.stop()
 """
@@ -72,8 +78,9 @@ server.stop()
 
 def test_the_temporary_prefect_server_of_a_command_refuses_every_web_page(tmp_path):
     """Prefect's temporary server (a command run without `advrag ui`) answered CORS `*` and
-    took state changes without a CSRF token; a command now starts it refusing both, and the
-    flows of the command still run through it."""
+    took state changes without a CSRF token or credential; a command now starts it refusing
+    all three (the project's credential, made on first use), and the flows of the command
+    still run through it."""
     import json
 
     result = subprocess.run([sys.executable, "-c", GUARDED_EPHEMERAL], cwd=tmp_path,
@@ -83,4 +90,6 @@ def test_the_temporary_prefect_server_of_a_command_refuses_every_web_page(tmp_pa
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["allow_origin"] is None
     assert seen["forged"] == [403, "Missing CSRF token."]
+    assert seen["token"] == [401, "Unauthorized", 200]  # a CSRF token needs the credential
+    assert (tmp_path / "prefect/auth-string").stat().st_mode & 0o777 == 0o600
     assert seen["flow"] == 42 and seen["same_server"] is True

@@ -1,6 +1,7 @@
 """Deployment as code, and the schedule against a REAL local Prefect server with a worker.
 
-`advrag.ops.scheduling.schedule` starts `prefect server start` on 127.0.0.1, creates the
+`advrag.ops.scheduling.schedule` starts Prefect's server on 127.0.0.1 (answering only
+loopback Host names, requiring the project's credential), creates the
 process pool, runs `prefect deploy -n nightly` on the repo's prefect.yaml and starts a
 worker. The test checks that the scheduler itself created the cron's runs (02:00
 Europe/Berlin, by hand from zoneinfo), that `prefect deployment run 'nightly/nightly'`
@@ -88,10 +89,15 @@ def scheduled(tmp_path_factory, tiny_policy_dir):
             scheduling.unschedule(home)
 
 
+def headers(info, client: str = "advrag-test") -> dict[str, str]:
+    """The project's credential and a CSRF token: what advrag's own clients send."""
+    return scheduling.api_headers(info.api_url, scheduling.project_credential(info.home), client)
+
+
 def api(scheduled, path: str, body: dict | None = None):
     _, info = scheduled
     response = httpx.post(f"{info.api_url}{path}", json=body or {}, timeout=30,
-                          headers=scheduling.csrf_headers(info.api_url, "advrag-test"))
+                          headers=headers(info))
     response.raise_for_status()
     return response.json()
 
@@ -117,18 +123,58 @@ def test_the_local_server_refuses_other_origins_and_serves_its_own(scheduled):
             "Access-Control-Request-Headers": "content-type"})
         assert (preflight.headers.get("access-control-allow-origin") == origin) is allowed
         assert preflight.headers.get("access-control-allow-origin") != "*"
+    signed_in = {"Authorization": headers(info)["Authorization"]}
     forged = httpx.post(f"{info.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
-                        headers={"Origin": evil})
+                        headers={"Origin": evil, **signed_in})
     assert forged.status_code == 403 and forged.json()["detail"] == "Missing CSRF token."
     wrong = httpx.post(f"{info.api_url}/flows/", json={"name": "from-evil"}, timeout=30,
                        headers={"Origin": evil, "Prefect-Csrf-Token": "guess",
-                                "Prefect-Csrf-Client": "evil"})
+                                "Prefect-Csrf-Client": "evil", **signed_in})
     assert wrong.status_code == 403
     ui_request = httpx.post(f"{info.api_url}/flows/", json={"name": "from-the-ui"}, timeout=30,
-                            headers={"Origin": own,
-                                     **scheduling.csrf_headers(info.api_url, "ui")})
+                            headers={"Origin": own, **headers(info, "ui")})
     assert ui_request.status_code in (200, 201)
     assert ui_request.headers.get("access-control-allow-origin") == own
+
+
+def upgrade_status(port: int, path: str, host: str) -> int:
+    """The HTTP status a websocket upgrade to ``path`` with Host ``host`` gets (101: upgraded;
+    the credential is then checked in the socket's first message, Prefect's protocol)."""
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               "Sec-WebSocket-Protocol: prefect\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request.encode())
+        return int(sock.recv(1024).split()[1])
+
+
+@pytest.mark.slow
+def test_the_local_server_answers_only_its_host_names_and_its_credential(scheduled):
+    """DNS rebinding: a page from a name that resolves to 127.0.0.1 is same-origin to the
+    browser, so CORS and CSRF let it through; `prefect server start` gave it a CSRF token and
+    created its flow (201). The server now refuses its Host (403) even with a valid token and
+    the credential, on the API, the UI and websockets; and without the credential nothing but
+    the health probe answers (401)."""
+    _, info = scheduled
+    rebound = f"rebind.example:{info.port}"
+    evil = {"Host": rebound, "Origin": f"http://{rebound}"}
+    token = httpx.get(f"{info.api_url}/csrf-token", params={"client": "evil"}, timeout=30,
+                      headers={**evil, **scheduling.basic_auth(scheduling.project_credential(
+                          info.home))})
+    assert token.status_code == 403 and "'rebind.example'" in token.json()["detail"]
+    created = httpx.post(f"{info.api_url}/flows/", json={"name": "from-rebind"}, timeout=30,
+                         headers={**headers(info, "evil"), **evil})
+    assert created.status_code == 403
+    assert httpx.get(f"{info.ui_url}/", headers=evil, timeout=30).status_code == 403
+    assert upgrade_status(info.port, "/api/events/out", rebound) == 403
+    assert upgrade_status(info.port, "/api/events/out", f"127.0.0.1:{info.port}") == 101
+    assert httpx.get(f"{info.ui_url}/", timeout=30).status_code == 200  # the UI, to its own name
+    for sent in ({}, scheduling.basic_auth("a-guess")):
+        assert httpx.get(f"{info.api_url}/csrf-token", params={"client": "x"}, headers=sent,
+                         timeout=30).status_code == 401
+    assert httpx.get(f"{info.api_url}/health", timeout=30).status_code == 200  # probes stay open
+    assert api(scheduled, "/flows/filter", {"flows": {"name": {"any_": ["from-rebind"]}}}) == []
+    assert (info.home / scheduling.CREDENTIAL_FILE).stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.slow
@@ -162,7 +208,8 @@ def test_a_triggered_run_completes_on_the_worker(scheduled):
     state = None
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        state = httpx.get(f"{info.api_url}/flow_runs/{run_id}", timeout=30).json()["state"]
+        state = httpx.get(f"{info.api_url}/flow_runs/{run_id}", timeout=30,
+                          headers=headers(info)).json()["state"]
         if state["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
             break
         time.sleep(2)

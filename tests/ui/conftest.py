@@ -128,9 +128,10 @@ class Browser:
     binary: str
     profile_root: Path
 
-    def render(self, url: str, screenshot: Path, window: tuple[int, int]) -> Page:
+    def render(self, url: str, screenshot: Path, window: tuple[int, int],
+               flags: tuple[str, ...] = ()) -> Page:
         profile = tempfile.mkdtemp(dir=self.profile_root)
-        cmd = [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+        cmd = [self.binary, *CHROMIUM_FLAGS, *flags, f"--user-data-dir={profile}",
                f"--window-size={window[0]},{window[1]}", f"--screenshot={screenshot}",
                "--dump-dom", url]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
@@ -149,6 +150,112 @@ class Browser:
             if shows(page) or time.monotonic() > deadline:
                 return page
             time.sleep(2)
+
+    def signed_in(self, url: str, password: str, shows: Callable[[Page], bool],
+                  screenshot: Path, window: tuple[int, int] = (1600, 1000),
+                  timeout_s: float = 180) -> Page:
+        """Log in as a person does at the page the server's root shows (type ``password``
+        into the password field, press Enter), then open ``url`` and read its DOM until
+        ``shows(page)``; the last page either way, its screenshot saved."""
+        import base64
+        from urllib.parse import urljoin
+
+        profile = Path(tempfile.mkdtemp(dir=self.profile_root))
+        tools = DevTools(self.binary, profile, window)
+        try:
+            tools.call("Page.navigate", url=urljoin(url, "/"))
+            field = "document.querySelector('input[type=password]')"
+            if not _until(lambda: tools.evaluate(f"!!{field}"), timeout_s):
+                raise RuntimeError(f"{url} showed no password field: {tools.evaluate('document.body.innerText')}")
+            tools.evaluate(f"{field}.focus()")
+            tools.call("Input.insertText", text=password)
+            tools.press_enter()
+            if not _until(lambda: not tools.evaluate(f"!!{field}"), timeout_s):
+                raise RuntimeError(f"the login at {url} did not pass: {tools.evaluate('document.body.innerText')}")
+            tools.call("Page.navigate", url=url)
+            page: list[Page] = []
+
+            def shown() -> bool:
+                html = tools.evaluate("document.documentElement.outerHTML")
+                page[:] = [Page(url, html or "", screenshot)]
+                return shows(page[0])
+
+            _until(shown, timeout_s)
+            screenshot.write_bytes(base64.b64decode(tools.call("Page.captureScreenshot")["data"]))
+            return page[0]
+        finally:
+            tools.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+class DevTools:
+    """One headless Chromium page driven over the DevTools protocol, for what ``--dump-dom``
+    cannot do: type into a page (Prefect's login) and read the DOM it then shows."""
+
+    def __init__(self, binary: str, profile: Path, window: tuple[int, int]) -> None:
+        from websockets.sync.client import connect
+
+        flags = [f for f in CHROMIUM_FLAGS if not f.startswith("--virtual-time-budget")]
+        self.process = subprocess.Popen(
+            [binary, *flags, f"--user-data-dir={profile}", f"--window-size={window[0]},{window[1]}",
+             "--remote-debugging-port=0", "about:blank"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env={**os.environ, "TZ": "UTC"})
+        active, deadline = profile / "DevToolsActivePort", time.monotonic() + 60
+        while not (active.is_file() and active.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        port = active.read_text().split()[0]
+        import httpx
+
+        [page] = [t for t in httpx.get(f"http://127.0.0.1:{port}/json", timeout=30).json()
+                  if t["type"] == "page"]
+        self.socket, self.calls = connect(page["webSocketDebuggerUrl"], max_size=None), 0
+
+    def call(self, method: str, **params) -> dict:
+        """Send one command; its result (events arriving meanwhile are skipped)."""
+        import json
+
+        self.calls += 1
+        self.socket.send(json.dumps({"id": self.calls, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv(timeout=60))
+            if message.get("id") == self.calls:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str):
+        """The value of a JavaScript expression in the page (RuntimeError if it threw, as
+        while the page is between documents)."""
+        answer = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in answer:
+            raise RuntimeError(f"{expression}: {answer['exceptionDetails'].get('text')}")
+        return answer["result"].get("value")
+
+    def press_enter(self) -> None:
+        """Enter, as a keyboard sends it (submits the focused form)."""
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                      windowsVirtualKeyCode=13, **({"text": "\r"} if kind == "keyDown" else {}))
+
+    def close(self) -> None:
+        self.socket.close()
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def _until(check: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``check`` every half second until it holds or ``timeout_s`` passed (a check that
+    fails because the page is between documents counts as not yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return True
+        except RuntimeError:  # the page was navigating: its old document is gone
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")
@@ -178,8 +285,11 @@ class MakeUI:
     @property
     def prefect_env(self) -> dict[str, str]:
         """Environment of a Prefect client or CLI talking to this server."""
-        return {**os.environ, "PREFECT_HOME": str(self.project / ".prefect"),
-                "PREFECT_API_URL": f"{self.prefect_url}/api"}
+        from advrag.ops.scheduling import credential_env
+
+        home = self.project / ".prefect"
+        return {**os.environ, "PREFECT_HOME": str(home),
+                "PREFECT_API_URL": f"{self.prefect_url}/api", **credential_env(home)}
 
     def wait_for_line(self, needle: str, timeout_s: float) -> None:
         """Block until a printed line contains ``needle``; fail with the output if it exits first."""
@@ -243,7 +353,8 @@ def nightly_deployment(make_ui) -> dict:
     scheduling.ensure_pool(spec["work_pool"]["name"], env, ROOT)
     scheduling.run_cli(["--no-prompt", "deploy", "-n", "nightly", "--pool", spec["work_pool"]["name"]],
                        env, ROOT)
-    found = httpx.get(f"{env['PREFECT_API_URL']}/deployments/name/nightly/nightly", timeout=30)
+    found = httpx.get(f"{env['PREFECT_API_URL']}/deployments/name/nightly/nightly", timeout=30,
+                      headers=scheduling.basic_auth(env["PREFECT_API_AUTH_STRING"]))
     found.raise_for_status()
     return {**found.json(), "spec": spec}
 
@@ -254,7 +365,7 @@ def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) 
     config, tiny policy, run on the served Prefect) and the policy registered as
     `advrag-reasoner` v1 with the `champion` alias; then the EM/F1 view `advrag ui` links to
     (it writes that view when it starts on an existing store; this one started empty)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     from advrag.config import DemoConfig, PipelineConfig, load_config
     from advrag.flows.benchmark import benchmark
@@ -269,7 +380,8 @@ def benchmark_store(make_ui, tiny_policy_dir, small_world_dir, small_index_dir) 
     nightly = load_config(ROOT / "configs/nightly.yaml", PipelineConfig)
     name = recipe_for(ROOT / nightly.recipe).registry_names()["reasoner"]  # the served reasoner
     with pytest.MonkeyPatch.context() as patch, \
-            temporary_settings({PREFECT_API_URL: make_ui.prefect_env["PREFECT_API_URL"]}):
+            temporary_settings({PREFECT_API_URL: make_ui.prefect_env["PREFECT_API_URL"],
+                                PREFECT_API_AUTH_STRING: make_ui.prefect_env["PREFECT_API_AUTH_STRING"]}):
         patch.chdir(work)  # the data version is read from the cwd's DVC files: none here
         patch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(work / tracking.DEFAULT_DIR))
         result = benchmark(config, run_name="tiny-policy")

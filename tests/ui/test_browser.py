@@ -4,9 +4,11 @@
 benchmark and the nightly deployment are written into the stores it serves.
 MLflow: the demo experiment's benchmark run with one EM and one F1 column per
 method, each cell showing the value the run logged; the registered model with
-`champion` on its version. Prefect: the nightly deployment with its cron in
-words and the next run the scheduler queued, at 02:00 Europe/Berlin worked out
-by hand (the browser runs in UTC). Last, Ctrl-C stops both servers.
+`champion` on its version. Prefect, after logging in with the project's password
+as a person does: the nightly deployment with its cron in words and the next run
+the scheduler queued, at 02:00 Europe/Berlin worked out by hand (the browser runs
+in UTC). A page from a rebinding name gets nothing from either server. Last,
+Ctrl-C stops both servers.
 """
 
 from __future__ import annotations
@@ -91,15 +93,37 @@ def test_prefect_shows_the_nightly_deployment_and_its_schedule(make_ui, nightly_
     due = next_run(2, tz, datetime.now(timezone.utc)).astimezone(timezone.utc)
     scheduled_for = f"Scheduled for {due:%Y/%m/%d %I:%M:%S %p}"  # the browser's zone is UTC
 
-    page = browser.wait_for(f"{make_ui.prefect_url}/deployments/deployment/{nightly_deployment['id']}",
-                            lambda p: scheduled_for in p.text,
-                            artifacts_dir / "prefect-nightly-deployment.png")
-
+    password = make_ui.prefect_env["PREFECT_API_AUTH_STRING"]  # what `advrag ui` says to type
     pool = spec["work_pool"]["name"]
-    assert f"Deployments nightly Flow nightly Work Pool {pool}" in page.text, page.text[:1500]
+    header = f"Deployments nightly Flow nightly Work Pool {pool}"
+    page = browser.signed_in(f"{make_ui.prefect_url}/deployments/deployment/{nightly_deployment['id']}",
+                             password, lambda p: scheduled_for in p.text and header in p.text,
+                             artifacts_dir / "prefect-nightly-deployment.png")
+
+    assert header in page.text, page.text[:1500]
     assert "Schedules At 02:00 AM every day" in page.text
     assert scheduled_for in page.text, f"no queued run at {due}; page text: {page.text[:1500]}"
     assert f"Entrypoint {spec['entrypoint']}" in page.text
+    assert "Authentication failed" not in page.text and "went wrong" not in page.text
+
+
+@pytest.mark.slow
+def test_a_rebinding_page_gets_nothing_from_either_ui(make_ui, browser, artifacts_dir):
+    """DNS rebinding as the browser meets it: Chromium resolves rebind.example to 127.0.0.1
+    (its host-resolver rules stand in for the attacker's DNS), so a page from there is
+    same-origin to the server; both servers refuse its Host (Prefect's answered it before)."""
+    rebinding = ("--host-resolver-rules=MAP rebind.example 127.0.0.1",)
+    refusals = {"mlflow": (make_ui.mlflow_url, "Invalid Host header"),
+                "prefect": (make_ui.prefect_url, "'rebind.example' is not one this server answers")}
+    for name, (url, refusal) in refusals.items():
+        port = url.rsplit(":", 1)[1]
+        page = browser.render(f"http://rebind.example:{port}/", artifacts_dir / f"{name}-rebinding.png",
+                              (1200, 400), flags=rebinding)
+        assert refusal in page.text, page.text[:500]
+    own = browser.render(f"http://localhost:{make_ui.prefect_url.rsplit(':', 1)[1]}/",
+                         artifacts_dir / "prefect-login.png", (1200, 800))
+    assert "Login" in own.text  # its own names: the UI, asking for the project's password
+    assert f"{make_ui.project}/.prefect/auth-string" in "".join(make_ui.output)
 
 
 def listening_hosts(port: int) -> set[str]:
