@@ -2,7 +2,8 @@
 engine leaves in MLflow.
 
 one MLflow run (the config, the data version, each verl run's composed config; verl's own
-metrics join it through its MLflow logger, ``MLFLOW_RUN_ID``) → verl's trainer (GRPO: one
+metrics join it through its MLflow logger, ``MLFLOW_RUN_ID``) → verl's trainer, its
+checkpoints mirrored to the bucket and resumed from it where one is set (GRPO: one
 run; UR²: curation with the start policy on this machine, then stage 1 and stage 2 as two verl
 runs, the second from the first's merged checkpoint) → the newest checkpoint merged back
 (``advrag.engines.verl.checkpoints``) → registered with its provenance → benchmarked like a
@@ -18,7 +19,8 @@ from prefect import flow
 
 from advrag.common.locks import exclusive
 from advrag.config.flows import VerlSection
-from advrag.engines.verl import checkpoints, launch
+from advrag.engines.local.checkpoint_store import CheckpointStore
+from advrag.engines.verl import checkpoints, launch, mirror
 from advrag.flows.rl import benchmark_stages, curate_with
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
@@ -66,7 +68,7 @@ def train_once(recipe: Recipe, settings: VerlSection, start_model: str,
 
     config = recipe.config
     hydra_overrides, composed = prepare_run(recipe, settings, resolve_model_dir(start_model))
-    run_verl(hydra_overrides, composed, run_id, "verl")
+    run_verl(hydra_overrides, composed, run_id, "verl", launch.stage_root(config))
     return merged(launch.stage_root(config), Path(config.checkpoint_dir) / "verl-export")
 
 
@@ -83,7 +85,8 @@ def train_ur2(recipe: Recipe, settings: VerlSection, start_model: str,
     for stage in launch.ur2_stage_steps(config):
         records = recipe.pools.get(stage) or recipe.training_questions()
         hydra_overrides, composed = prepare_run(recipe, settings, model, stage, records)
-        run_verl(hydra_overrides, composed, run_id, f"verl/stage-{stage}")
+        run_verl(hydra_overrides, composed, run_id, f"verl/stage-{stage}",
+                 launch.stage_root(config, stage))
         step, model = merged(launch.stage_root(config, stage),
                              Path(config.checkpoint_dir) / "verl-export" / f"stage-{stage}")
     return step, model
@@ -104,13 +107,20 @@ def prepare_run(recipe: Recipe, settings: VerlSection, model_path: str | Path,
         search_prompt=recipe.search_prompt(), **options)
 
 
-def run_verl(hydra_overrides: list[str], composed, run_id: str, name: str) -> None:
+def run_verl(hydra_overrides: list[str], composed, run_id: str, name: str, root: Path) -> None:
     """verl's trainer with ``hydra_overrides`` (its composed config logged as
-    ``<name>/ppo_trainer.yaml``); an error exit fails the run."""
+    ``<name>/ppo_trainer.yaml``), checkpointing into ``root``; an error exit fails the run.
+    With ``ADVRAG_ARTIFACT_BUCKET`` set, the bucket's newer steps of ``root`` are pulled first
+    (verl resumes from the newest) and each step verl completes is pushed as it is written
+    (``engines.verl.mirror``): a run whose worker was lost resumes on a fresh one."""
     from omegaconf import OmegaConf
 
     tracking.log_text(run_id, OmegaConf.to_yaml(composed), f"{name}/ppo_trainer.yaml")
-    status = launch.launch(hydra_overrides, run_id=run_id)
+    store = CheckpointStore.from_environment(layout=mirror.VERL_STEPS)
+    if store is not None and (resumed := mirror.pull_latest(store, root)) is not None:
+        print(f"verl resumes from step {resumed} (the bucket's newest complete step of {root})")
+    with mirror.mirrored(store, root):
+        status = launch.launch(hydra_overrides, run_id=run_id)
     if status != 0:
         raise RuntimeError(f"verl's trainer exited with status {status}; its log is above")
 
