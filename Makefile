@@ -24,7 +24,7 @@ export TOKENIZERS_PARALLELISM=false
 export NO_MKDOCS_2_WARNING=1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install vllm verl demo test docs bench ui lint clean worker-lock
+.PHONY: install vllm verl demo test docs bench ui lint clean worker-lock tracking-lock
 
 # pip compiles every installed module to bytecode on one core; COMPILE does it with compileall on
 # every core (the install into a new venv here: 183 s with pip compiling, 69 s + 39 s this way).
@@ -156,6 +156,15 @@ worker-lock: install
 	  --python-platform x86_64-manylinux_2_35 --generate-hashes --no-header \
 	  --output-file infra/worker/requirements.lock
 	$(PY) infra/worker/build_tools.py
+
+# The tracking server's hash-locked environment (infra/tracking_server/requirements.in →
+# requirements.lock), wheels only, for the same Python and platform; its start script installs it
+# with --require-hashes from the pinned commit.
+tracking-lock: install
+	$(PY) -m pip install -q $(UV)
+	$(PY) -m uv pip compile infra/tracking_server/requirements.in --python-version 3.12 \
+	  --python-platform x86_64-manylinux_2_35 --generate-hashes --no-header --only-binary :all: \
+	  --output-file infra/tracking_server/requirements.lock
 
 # MLflow (.mlflow/) on :5000 and Prefect (PREFECT_HOME) on :4200, both on 127.0.0.1; Ctrl-C stops both.
 ui: install

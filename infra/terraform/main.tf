@@ -38,11 +38,13 @@ module "artifact_bucket" {
 module "tracking_server" {
   source = "./modules/tracking_server"
 
-  name_prefix    = local.name
-  vpc_id         = var.vpc_id
-  subnet_ids     = var.private_subnet_ids
-  instance_type  = var.tracking_instance_type
-  mlflow_version = var.mlflow_version
+  name_prefix   = local.name
+  vpc_id        = var.vpc_id
+  subnet_ids    = var.private_subnet_ids
+  instance_type = var.tracking_instance_type
+
+  project_repo_url = var.project_repo_url
+  project_git_ref  = var.project_git_ref
 
   client_security_group_ids = { gpu_workers = module.gpu_workers.security_group_id }
   allowed_cidr_blocks       = var.tracking_allowed_cidr_blocks
@@ -84,8 +86,8 @@ module "gpu_workers" {
   prefect_api_port                  = var.prefect_api_port
 
   mlflow_tracking_uri               = module.tracking_server.tracking_uri
-  mlflow_username                   = module.tracking_server.admin_username
-  mlflow_password_ssm_parameter     = module.tracking_server.admin_password_parameter
+  mlflow_username                   = module.tracking_server.worker_username
+  mlflow_password_ssm_parameter     = module.tracking_server.worker_password_parameter
   mlflow_tls_certificate_parameter  = module.tracking_server.tls_certificate_parameter
   tracking_server_security_group_id = module.tracking_server.security_group_id
 

@@ -147,14 +147,8 @@ variable "tracking_instance_type" {
   default     = "t3.medium"
 }
 
-variable "mlflow_version" {
-  description = "MLflow version on the tracking server (match the project's client version)."
-  type        = string
-  default     = "3.17.2"
-}
-
 variable "secrets_version" {
-  description = "Version of the MLflow database and admin passwords (generated, never in state): raise by one to rotate them."
+  description = "Version of the MLflow database, admin and worker passwords (generated, never in state): raise by one to rotate them."
   type        = number
   default     = 1
 }

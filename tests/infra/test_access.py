@@ -43,13 +43,13 @@ def test_no_generated_password_can_reach_the_state():
     d = TF_ROOT / "modules" / "tracking_server"
     assert not all_resources("random_password") and not all_resources("random_string")
     ephemeral = [name for block in blocks(d, "ephemeral") for name in block["random_password"]]
-    assert sorted(ephemeral) == ["admin", "db"]
+    assert sorted(ephemeral) == ["admin", "db", "worker"]
     (db,) = resources(d, "aws_db_instance").values()
     assert "password" not in db and db["password_wo"] == "${ephemeral.random_password.db.result}"
     assert db["password_wo_version"] == "${var.secrets_version}"
     assert db["publicly_accessible"] is False and db["storage_encrypted"] is True
     params = resources(d, "aws_ssm_parameter")
-    assert set(params) == {"db_password", "admin_password", "tls_certificate"}
+    assert set(params) == {"db_password", "admin_password", "worker_password", "tls_certificate"}
     certificate = params.pop("tls_certificate")  # public: the server writes it at boot
     assert certificate["type"] == "String" and "pending" in certificate["value"]
     for name, param in params.items():
@@ -67,27 +67,31 @@ def test_the_tracking_server_asks_every_request_to_sign_in():
     assert "ExecStart=/opt/mlflow/bin/mlflow server --app-name basic-auth" in unit
     start = files["/usr/local/sbin/mlflow-backend-uri"]
     assert "MLFLOW_AUTH_CONFIG_PATH=/run/mlflow/basic_auth.ini" in start
-    assert "default_permission = READ" in start
+    assert "default_permission = EDIT" in start  # a non-admin edits; it manages nothing it did not make
     assert 'ADMIN_PASSWORD=$(secret "$ADMIN_PASSWORD_PARAMETER")' in start
+    assert 'WORKER_PASSWORD=$(secret "$WORKER_PASSWORD_PARAMETER")' in start
     env = files["/etc/mlflow/mlflow.env"]
     assert "ADMIN_PASSWORD_PARAMETER=/advrag-dev/mlflow/admin-password" in env
-    assert '"mlflow[auth]==3.17.2"' in files["/usr/local/sbin/mlflow-bootstrap"]
+    assert "WORKER_USER=advrag-worker" in env
+    assert "WORKER_PASSWORD_PARAMETER=/advrag-dev/mlflow/worker-password" in env
     role = named(TF_ROOT / "modules" / "tracking_server", "module")["role"]
-    assert "aws_ssm_parameter.admin_password.arn" in str(role["ssm_parameter_arns"])
+    for name in ("admin_password", "worker_password"):
+        assert f"aws_ssm_parameter.{name}.arn" in str(role["ssm_parameter_arns"])
 
 
 def test_workers_sign_in_with_credentials_read_from_ssm_at_boot():
     files = rendered_files("gpu_workers")
-    assert "MLFLOW_TRACKING_USERNAME=admin" in files["/etc/advrag/worker.env"]
+    assert "MLFLOW_TRACKING_USERNAME=advrag-worker" in files["/etc/advrag/worker.env"]
     boot = files["/usr/local/sbin/advrag-bootstrap"]
-    assert 'MLFLOW_PASSWORD=$(secret "/advrag-dev/mlflow/admin-password")' in boot
+    assert 'MLFLOW_PASSWORD=$(secret "/advrag-dev/mlflow/worker-password")' in boot
     assert "PREFECT_CREDENTIAL=PREFECT_API_AUTH_STRING" in boot
     assert "umask 077" in boot and "/etc/advrag/worker-secrets.env" in boot
     assert "EnvironmentFile=-/etc/advrag/worker-secrets.env" in \
         files["/etc/systemd/system/prefect-worker.service"]
     root = named(TF_ROOT, "module")
+    assert root["gpu_workers"]["mlflow_username"] == "${module.tracking_server.worker_username}"
     assert root["gpu_workers"]["mlflow_password_ssm_parameter"] == \
-        "${module.tracking_server.admin_password_parameter}"
+        "${module.tracking_server.worker_password_parameter}"  # never the admin's
     workers = TF_ROOT / "modules" / "gpu_workers"
     (local_block,) = [b for b in as_list(parse(workers / "main.tf")["locals"])
                       if "secret_parameters" in b]
@@ -96,11 +100,16 @@ def test_workers_sign_in_with_credentials_read_from_ssm_at_boot():
         "${local.secret_parameter_arns}"
 
 
-def test_workers_run_the_pinned_commit_and_check_it():
-    boot = rendered_files("gpu_workers")["/usr/local/sbin/advrag-bootstrap"]
+@pytest.mark.parametrize(("module", "script", "checkout"), [
+    ("gpu_workers", "advrag-bootstrap", "/opt/advrag/src"),
+    ("tracking_server", "mlflow-bootstrap", "/opt/mlflow-src")])
+def test_the_instances_run_the_pinned_commit_and_check_it(module, script, checkout):
+    boot = rendered_files(module)[f"/usr/local/sbin/{script}"]
     commit = SAMPLE["project_git_ref"]
     assert f'fetch --quiet origin "{commit}"' in boot
-    assert f'if [ "$(git -C /opt/advrag/src rev-parse HEAD)" != "{commit}" ]; then' in boot
+    assert f'if [ "$(git -C {checkout} rev-parse HEAD)" != "{commit}" ]; then' in boot
+    root = named(TF_ROOT, "module")
+    assert root[module]["project_git_ref"] == "${var.project_git_ref}"
 
 
 @pytest.mark.parametrize("module", ["gpu_workers", "tracking_server"])
@@ -232,10 +241,11 @@ def test_real_terraform_refuses_a_moving_ref_plain_http_and_a_missing_credential
             assert plan != 0 and message in " ".join(error.split()), f"{case}: {error[-1500:]}"
 
 
-def test_a_rotated_admin_password_reaches_the_users_database(tmp_path):
-    """The start script's sync, run for real on an MLflow users database: after it, the admin
-    signs in with the new password and no longer with the old one. (MLflow's auth store
-    loads Flask: it runs in child processes, away from the suite's.)"""
+def test_the_start_script_keeps_the_workers_user_and_a_rotated_admin_password(tmp_path):
+    """The start script's sync, run for real on an MLflow users database, as at a first start
+    (no database yet) and after a rotation: the workers' user is made, not an admin, and signs
+    in with the current password only; the admin's rotated password is written in. (MLflow's
+    auth store loads Flask: it runs in child processes, away from the suite's.)"""
     import re
     import sys
 
@@ -246,17 +256,23 @@ def test_a_rotated_admin_password_reaches_the_users_database(tmp_path):
     sync = sync.replace("sqlite:////var/lib/mlflow/basic_auth.db", database)
     store = ("from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore; "
              f"store = SqlAlchemyStore(); store.init_db({database!r}); ")
-    env = {**os.environ, "ADMIN_USER": "admin", "ADMIN_PASSWORD": "new-password-0123456789"}
+    users = {"ADMIN_USER": "admin", "WORKER_USER": "advrag-worker"}
 
-    def python(code: str) -> str:
-        return subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120,
-                              capture_output=True, text=True).stdout.strip()
+    def python(code: str, **passwords: str) -> str:
+        return subprocess.run([sys.executable, "-c", code], env={**os.environ, **users, **passwords},
+                              check=True, timeout=120, capture_output=True, text=True).stdout.strip()
 
-    python(store + 'store.create_user("admin", "old-password-0123456789", is_admin=True)')
-    python(sync)
-    signs_in = python(store + 'print([store.authenticate_user("admin", p) for p in '
-                              '("new-password-0123456789", "old-password-0123456789")])')
-    assert signs_in == "[True, False]"
+    def signs_in(user: str, *passwords: str) -> str:
+        return python(store + f"print([store.authenticate_user({user!r}, p) for p in {passwords!r}])")
+
+    python(sync, ADMIN_PASSWORD="admin-1-0123456789", WORKER_PASSWORD="worker-1-0123456789")
+    assert signs_in("advrag-worker", "worker-1-0123456789") == "[True]"  # made at the first start
+    assert python(store + 'print(store.get_user("advrag-worker").is_admin)') == "False"
+    python(store + 'store.create_user("admin", "admin-1-0123456789", is_admin=True)')  # MLflow's
+    python(sync, ADMIN_PASSWORD="admin-2-0123456789", WORKER_PASSWORD="worker-2-0123456789")
+    assert signs_in("advrag-worker", "worker-2-0123456789", "worker-1-0123456789") == "[True, False]"
+    assert signs_in("admin", "admin-2-0123456789", "admin-1-0123456789") == "[True, False]"
+    assert python(store + 'print(store.get_user("advrag-worker").is_admin)') == "False"
 
 
 def test_workers_pull_the_data_pushed_to_the_buckets_dvc_remote():

@@ -136,3 +136,35 @@ def test_the_worker_installs_only_the_hashed_lock_and_advrag_without_dependencie
         "sudo -u advrag /opt/advrag/venv/bin/pip install --quiet --no-deps --no-build-isolation "
         "-e /opt/advrag/src"]
     assert "sys.version_info[:2] != (3, 12)" in boot  # the Python the lock was resolved for
+
+
+TRACKING = REPO / "infra" / "tracking_server"
+
+
+def test_the_tracking_server_lock_pins_wheels_of_every_package_the_requirements_ask_for():
+    """Every entry hashed; each requirement's exact pin; MLflow at the clients' version (the
+    worker lock's), so the server and its clients speak one MLflow."""
+    from packaging.requirements import Requirement
+
+    lock = locked(TRACKING / "requirements.lock")
+    assert len(lock) > 50  # the whole environment, transitive dependencies included
+    assert all(len(hashes) >= 1 and all(len(h) == 64 for h in hashes)
+               for _, hashes in lock.values())
+    for line in requirements(TRACKING / "requirements.in"):
+        wanted = Requirement(line)
+        assert wanted.specifier.contains(lock[canonicalize_name(wanted.name)][0]), line
+    assert lock["mlflow"][0] == locked(WORKER / "requirements.lock")["mlflow"][0]
+    assert {"flask", "sqlalchemy", "alembic"} <= set(lock)  # the [auth] extra's server side
+
+
+def test_the_tracking_server_installs_only_its_hashed_lock_from_the_pinned_commit():
+    from test_access import rendered_files
+
+    boot = rendered_files("tracking_server")["/usr/local/sbin/mlflow-bootstrap"]
+    installs = [" ".join(line.split()) for line in boot.replace("\\\n", " ").splitlines()
+                if "pip install" in line]
+    assert installs == ["/opt/mlflow/bin/pip install --quiet --require-hashes --no-deps "
+                        "--only-binary :all: -r /opt/mlflow-src/infra/tracking_server/"
+                        "requirements.lock"]
+    assert "sys.version_info[:2] != (3, 12)" in boot  # the Python the lock was resolved for
+    assert boot.index("rev-parse HEAD") < boot.index("pip install")  # checked out, then installed

@@ -388,7 +388,8 @@ def test_instance_s3_access_is_limited_to_its_prefixes():
     assert calls["gpu_workers"]["artifact_prefixes"] == "${var.artifact_prefixes}"
     assert calls["tracking_server"]["artifact_prefixes"] == ["${var.artifact_prefix}"]
     assert calls["tracking_server"]["ssm_parameter_arns"] == [
-        "${aws_ssm_parameter.db_password.arn}", "${aws_ssm_parameter.admin_password.arn}"]
+        "${aws_ssm_parameter.db_password.arn}", "${aws_ssm_parameter.admin_password.arn}",
+        "${aws_ssm_parameter.worker_password.arn}"]
 
 
 # ---------------------------------------------------------------- storage and database
@@ -490,10 +491,12 @@ SAMPLE = {
     "prefect_api_url": "https://prefect.internal.example/api",
     "prefect_api_key_ssm_parameter": "",
     "prefect_auth_string_ssm_parameter": "/advrag/prefect-auth-string",
-    "mlflow_username": "admin",
-    "mlflow_password_ssm_parameter": "/advrag-dev/mlflow/admin-password",
+    "mlflow_username": "advrag-worker",
+    "mlflow_password_ssm_parameter": "/advrag-dev/mlflow/worker-password",
     "admin_user": "admin",
     "admin_password_parameter": "/advrag-dev/mlflow/admin-password",
+    "worker_user": "advrag-worker",
+    "worker_password_parameter": "/advrag-dev/mlflow/worker-password",
     "tls_certificate_parameter": "/advrag-dev/mlflow/tls-certificate",
     "mlflow_tls_certificate_parameter": "/advrag-dev/mlflow/tls-certificate",
     # indent(6, chomp(file(...))), as the modules pass it
@@ -505,7 +508,6 @@ SAMPLE = {
     "mlflow_tracking_uri": "https://10.0.2.30:5000",
     "artifact_bucket_name": "advrag-dev-artifacts-20260101",
     "log_group_name": "/advrag-dev/gpu-workers",
-    "mlflow_version": "3.17.2",
     "mlflow_port": 5000,
     "mlflow_workers": 2,
     "artifacts_destination": "s3://advrag-dev-artifacts-20260101/mlflow",
@@ -595,7 +597,7 @@ def test_cloud_init_renders_to_valid_cloud_config(module, tmp_path):
             files["/usr/local/sbin/mlflow-backend-uri"]
         assert "sslmode=require" not in rendered
         assert "global-bundle.pem" in files["/usr/local/sbin/mlflow-bootstrap"]
-        assert '"mlflow[auth]==3.17.2"' in files["/usr/local/sbin/mlflow-bootstrap"]
+        assert "infra/tracking_server/requirements.lock" in files["/usr/local/sbin/mlflow-bootstrap"]
     secrets = [
         k
         for k in keys

@@ -18,15 +18,19 @@ locals {
   db_name    = "mlflow"
   db_user    = "mlflow"
   admin_user = "admin"
-  db_family  = "postgres${split(".", var.db_engine_version)[0]}"
-  managed    = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
+  # The workers' MLflow user: not an admin, so it edits runs and models but makes no users and
+  # grants nothing (the server's start script makes it and keeps its password current).
+  worker_user = "advrag-worker"
+  db_family   = "postgres${split(".", var.db_engine_version)[0]}"
+  managed     = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
   web_egress = {
     for pair in setproduct(var.egress_cidr_blocks, [80, 443]) :
     "${pair[1]}-${pair[0]}" => { cidr = pair[0], port = pair[1] }
   }
 
   user_data = templatefile("${path.module}/cloud-init.yaml.tftpl", {
-    mlflow_version             = var.mlflow_version
+    project_repo_url           = var.project_repo_url
+    project_git_ref            = var.project_git_ref
     mlflow_port                = var.mlflow_port
     mlflow_workers             = var.mlflow_workers
     artifacts_destination      = "s3://${var.artifact_bucket_name}/${var.artifact_prefix}"
@@ -37,6 +41,8 @@ locals {
     db_password_parameter      = aws_ssm_parameter.db_password.name
     admin_user                 = local.admin_user
     admin_password_parameter   = aws_ssm_parameter.admin_password.name
+    worker_user                = local.worker_user
+    worker_password_parameter  = aws_ssm_parameter.worker_password.name
     tls_certificate_parameter  = aws_ssm_parameter.tls_certificate.name
     log_group_name             = module.role.log_group_name
     cloudwatch_agent_installer = indent(6, chomp(module.role.cloudwatch_agent_installer))
@@ -135,6 +141,11 @@ ephemeral "random_password" "admin" {
   special = false
 }
 
+ephemeral "random_password" "worker" {
+  length  = 40
+  special = false
+}
+
 resource "aws_ssm_parameter" "db_password" {
   name             = "/${var.name_prefix}/mlflow/db-password"
   description      = "Password of the MLflow PostgreSQL user"
@@ -161,10 +172,19 @@ resource "aws_ssm_parameter" "tls_certificate" {
 
 resource "aws_ssm_parameter" "admin_password" {
   name             = "/${var.name_prefix}/mlflow/admin-password"
-  description      = "Password of the MLflow server's admin user (basic auth); the workers sign in with it"
+  description      = "Password of the MLflow server's admin user (basic auth)"
   type             = "SecureString"
   key_id           = var.kms_key_arn
   value_wo         = ephemeral.random_password.admin.result
+  value_wo_version = var.secrets_version
+}
+
+resource "aws_ssm_parameter" "worker_password" {
+  name             = "/${var.name_prefix}/mlflow/worker-password"
+  description      = "Password of the MLflow user the workers sign in as (basic auth, not an admin)"
+  type             = "SecureString"
+  key_id           = var.kms_key_arn
+  value_wo         = ephemeral.random_password.worker.result
   value_wo_version = var.secrets_version
 }
 
@@ -269,14 +289,14 @@ module "role" {
   source = "../instance_role"
 
   name                    = local.name
-  description             = "MLflow tracking server: its artefact prefix, its two password parameters and its certificate parameter, its log group, SSM"
+  description             = "MLflow tracking server: its artefact prefix, its three password parameters and its certificate parameter, its log group, SSM"
   policy_name             = "advrag-mlflow-server"
   artifact_bucket_arn     = var.artifact_bucket_arn
   artifact_prefixes       = [var.artifact_prefix]
   kms_key_arn             = var.kms_key_arn
   log_group_name          = "/${var.name_prefix}/mlflow-server"
   log_retention_days      = var.log_retention_days
-  ssm_parameter_arns      = [aws_ssm_parameter.db_password.arn, aws_ssm_parameter.admin_password.arn]
+  ssm_parameter_arns      = [aws_ssm_parameter.db_password.arn, aws_ssm_parameter.admin_password.arn, aws_ssm_parameter.worker_password.arn]
   writable_parameter_arns = [aws_ssm_parameter.tls_certificate.arn]
 }
 

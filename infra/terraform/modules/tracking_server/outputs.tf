@@ -34,8 +34,18 @@ output "admin_password_parameter" {
 }
 
 output "admin_username" {
-  description = "MLflow user the workers sign in as."
+  description = "MLflow's admin user (for people administering the server, never the workers)."
   value       = local.admin_user
+}
+
+output "worker_username" {
+  description = "MLflow user the workers sign in as (not an admin)."
+  value       = local.worker_user
+}
+
+output "worker_password_parameter" {
+  description = "Name of the SSM SecureString parameter holding the workers' MLflow password."
+  value       = aws_ssm_parameter.worker_password.name
 }
 
 output "log_group_name" {

@@ -42,10 +42,19 @@ variable "root_volume_size_gb" {
   default     = 30
 }
 
-variable "mlflow_version" {
-  description = "MLflow version installed on the server; keep it equal to the clients' (the project pins mlflow 3.17)."
+variable "project_repo_url" {
+  description = "Git URL the server clones the project from, for its hash-locked MLflow environment (infra/tracking_server/requirements.lock)."
   type        = string
-  default     = "3.17.2"
+}
+
+variable "project_git_ref" {
+  description = "Commit (40 hex digits) whose lock the server installs: a branch or tag can move, a commit cannot."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[0-9a-f]{40}$", var.project_git_ref))
+    error_message = "project_git_ref must be a full commit hash (git rev-parse HEAD), not a branch or tag."
+  }
 }
 
 variable "mlflow_port" {
@@ -170,7 +179,7 @@ variable "log_retention_days" {
 }
 
 variable "secrets_version" {
-  description = "Version of the generated database and admin passwords: raise it by one to rotate both in the next apply (neither is ever stored in state)."
+  description = "Version of the generated database, admin and worker passwords: raise it by one to rotate them in the next apply (none is ever stored in state)."
   type        = number
   default     = 1
 
