@@ -1,7 +1,7 @@
 """Shared fixtures: a small generated world, a tiny random policy, a real index.
 
-Telemetry is off and every store is project- or tmp-local before anything
-imports Prefect, MLflow or transformers.
+Telemetry is off, every store is project- or tmp-local and Prefect's temporary servers need a
+credential before anything imports Prefect, MLflow or transformers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ for key, value in {
     "ADVRAG_DEVICE": "cpu",
 }.items():
     os.environ.setdefault(key, value)
+# Prefect's temporary servers the suite starts require a credential, as every `advrag` command's
+# do (advrag.cli.base._environment): one for the session, set before Prefect reads its settings.
+_CREDENTIAL = os.environ.setdefault("PREFECT_SERVER_API_AUTH_STRING", os.urandom(24).hex())
+os.environ.setdefault("PREFECT_API_AUTH_STRING", _CREDENTIAL)
 
 
 _FREE_AT_START = pytest.StashKey[str]()

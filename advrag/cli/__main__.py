@@ -1,0 +1,5 @@
+"""`python -m advrag.cli`: the `advrag` command."""
+
+from advrag.cli import main
+
+main()
