@@ -35,6 +35,11 @@ def host_name(header: bytes) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def refusal(host: str, allowed: set[str]) -> str:
+    """What a refused Host is told: the names this server answers."""
+    return f"Host {host!r} is not one this server answers ({', '.join(sorted(allowed))})"
+
+
 async def refuse(send, status: int, detail: str) -> None:
     """Answer ``status`` with ``{"detail": ...}`` (from a middleware, before the app runs)."""
     await send({"type": "http.response.start", "status": status,
@@ -60,8 +65,7 @@ class HostChecked:
             await receive()  # websocket.connect; a close before accept is uvicorn's 403
             await send({"type": "websocket.close", "code": 1008})
         else:
-            await refuse(send, 403, f"Host {host!r} is not one this server answers "
-                                    f"({', '.join(sorted(self.allowed))}): start it with "
+            await refuse(send, 403, f"{refusal(host, self.allowed)}: start it with "
                                     "--allowed-host for the name its clients use")
 
 
@@ -74,7 +78,6 @@ def host_checked_wsgi(app, allowed: Sequence[str]):
         if host in answered:
             return app(environ, start_response)
         start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
-        return [f"Host {host!r} is not one this server answers "
-                f"({', '.join(sorted(answered))})\n".encode()]
+        return [f"{refusal(host, answered)}\n".encode()]
 
     return checked

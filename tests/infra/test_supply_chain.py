@@ -87,6 +87,23 @@ def locked(path: Path) -> dict[str, tuple[str, list[str]]]:
     return entries
 
 
+def hashed_lock_of(folder: Path, at_least: int) -> dict[str, tuple[str, list[str]]]:
+    """``folder``'s requirements.lock, checked: the whole environment (over ``at_least``
+    entries, transitive dependencies included), every entry hashed, and each line of its
+    requirements.in pinned to a version it admits."""
+    from packaging.requirements import Requirement
+
+    lock = locked(folder / "requirements.lock")
+    assert len(lock) > at_least
+    assert all(len(hashes) >= 1 and all(len(h) == 64 for h in hashes)
+               for _, hashes in lock.values())
+    for line in requirements(folder / "requirements.in"):
+        wanted = Requirement(line)
+        version, _ = lock[canonicalize_name(wanted.name)]
+        assert wanted.specifier.contains(version, prereleases=True), (line, version)
+    return lock
+
+
 def test_the_worker_requirements_are_advrags_with_faiss_for_the_gpu():
     """advrag's dependencies, its gpu and verl extras, faiss-gpu-cu12 for faiss-cpu and the
     build backend: a dependency added to pyproject.toml and not to the worker fails here."""
@@ -103,14 +120,7 @@ def test_the_worker_requirements_are_advrags_with_faiss_for_the_gpu():
 def test_the_worker_lock_pins_and_hashes_every_package_the_requirements_ask_for():
     from packaging.requirements import Requirement
 
-    lock = locked(WORKER / "requirements.lock")
-    assert len(lock) > 100  # the whole environment, transitive dependencies included
-    assert all(len(hashes) >= 1 and all(len(h) == 64 for h in hashes)
-               for _, hashes in lock.values())
-    for line in requirements(WORKER / "requirements.in"):
-        wanted = Requirement(line)
-        version, _ = lock[canonicalize_name(wanted.name)]
-        assert wanted.specifier.contains(version, prereleases=True), (line, version)
+    lock = hashed_lock_of(WORKER, at_least=100)
     assert "faiss-cpu" not in lock  # one FAISS per environment
     assert not Requirement("vllm<0.8.5").specifier.contains(lock["vllm"][0])
 
@@ -144,15 +154,7 @@ TRACKING = REPO / "infra" / "tracking_server"
 def test_the_tracking_server_lock_pins_wheels_of_every_package_the_requirements_ask_for():
     """Every entry hashed; each requirement's exact pin; MLflow at the clients' version (the
     worker lock's), so the server and its clients speak one MLflow."""
-    from packaging.requirements import Requirement
-
-    lock = locked(TRACKING / "requirements.lock")
-    assert len(lock) > 50  # the whole environment, transitive dependencies included
-    assert all(len(hashes) >= 1 and all(len(h) == 64 for h in hashes)
-               for _, hashes in lock.values())
-    for line in requirements(TRACKING / "requirements.in"):
-        wanted = Requirement(line)
-        assert wanted.specifier.contains(lock[canonicalize_name(wanted.name)][0]), line
+    lock = hashed_lock_of(TRACKING, at_least=50)
     assert lock["mlflow"][0] == locked(WORKER / "requirements.lock")["mlflow"][0]
     assert {"flask", "sqlalchemy", "alembic"} <= set(lock)  # the [auth] extra's server side
 
