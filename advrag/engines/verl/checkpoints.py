@@ -24,6 +24,13 @@ LATEST = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
 
 
+def completed_step(root: str | Path) -> int | None:
+    """The newest step verl finished saving under ``root`` (the step ``LATEST`` names), or None."""
+    path = Path(root) / LATEST
+    text = path.read_text().strip() if path.is_file() else ""
+    return int(text) if text.isdigit() else None
+
+
 def latest_actor(root: str | Path) -> tuple[int, Path]:
     """(step, actor directory) of the newest checkpoint under verl's ``default_local_dir``.
 
@@ -31,9 +38,9 @@ def latest_actor(root: str | Path) -> tuple[int, Path]:
     complete), else the highest ``global_step_<N>`` whose actor has ``fsdp_config.json``.
     """
     root = Path(root)
-    marker = root / LATEST
-    if marker.is_file():
-        steps = [int(marker.read_text().strip())]
+    named = completed_step(root)
+    if named is not None:
+        steps = [named]
     else:
         steps = sorted((int(m.group(1)) for p in root.glob("global_step_*")
                         if (m := _STEP_DIR.fullmatch(p.name))), reverse=True)

@@ -19,19 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from advrag.engines.local.checkpoint_store import CheckpointStore, StepLayout
-from advrag.engines.verl.checkpoints import LATEST
+from advrag.engines.verl.checkpoints import LATEST, completed_step
 
 VERL_STEPS = StepLayout("global_step_", 0)
 """verl's ``global_step_<N>`` step directories."""
 EVERY_S = 10.0
 """How often ``mirrored`` looks for newly completed steps (a save takes far longer)."""
-
-
-def completed_step(root: Path) -> int | None:
-    """The newest step verl finished saving under ``root`` (its ``LATEST`` file), or None."""
-    path = Path(root) / LATEST
-    text = path.read_text().strip() if path.is_file() else ""
-    return int(text) if text.isdigit() else None
 
 
 def pull_latest(store: CheckpointStore, root: Path) -> int | None:
