@@ -56,7 +56,8 @@ def verl_run(s3, tmp_path, monkeypatch):
     s3.bucket(BUCKET)
     monkeypatch.setenv("ADVRAG_ARTIFACT_BUCKET", BUCKET)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    previous = mlflow.get_tracking_uri()  # an earlier test may have set one for the process
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.setattr(mirror, "EVERY_S", 0.1)
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "stand_in.py"
@@ -77,7 +78,8 @@ def verl_run(s3, tmp_path, monkeypatch):
                                 "trainer.total_training_steps=4"], OmegaConf.create({}),
                                active.info.run_id, "verl", root)
 
-    return run
+    yield run
+    mlflow.set_tracking_uri(previous)
 
 
 def test_a_run_killed_after_a_step_resumes_from_it_on_an_empty_disk(verl_run, s3, tmp_path):

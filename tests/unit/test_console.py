@@ -101,7 +101,7 @@ def test_an_error_reaches_the_terminal_as_its_message_and_its_traceback_the_log(
 
 def test_advrag_demo_and_pipeline_run_the_same_pipeline(monkeypatch):
     ran = []
-    monkeypatch.setattr(cli, "run_pipeline", ran.append)
+    monkeypatch.setattr(cli.pipeline, "run_pipeline", ran.append)
     assert CliRunner().invoke(cli.app, ["demo"]).exit_code == 0
     assert CliRunner().invoke(cli.app, ["pipeline", "--config", "configs/x.yaml"]).exit_code == 0
     assert ran == [Path("configs/pipeline-demo.yaml"), Path("configs/x.yaml")]

@@ -127,7 +127,7 @@ def test_the_world_dir_option_replaces_the_configs(monkeypatch, command, kind):
         seen[model_kind] = overrides
         raise SystemExit(0)  # stop before any flow runs
 
-    monkeypatch.setattr(cli, "load", load)
+    monkeypatch.setattr(cli.train, "load", load)  # the module of `curate` and `gar-slices`
     CliRunner().invoke(cli.app, [command, "--world-dir", "data/files"])
     assert seen == {kind: {"world_dir": "data/files"}}
 
