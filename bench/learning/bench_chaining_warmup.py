@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from advrag.common import console
 from advrag.config import BenchmarkConfig, load_config
 from advrag.core.metrics import exact_match
 from advrag.datasets.loaders import load_qa
@@ -125,13 +126,16 @@ def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
     policy = load_policy(model)
     generator = HFGenerator(policy.model, policy.tokenizer, temperature=1.0, batch_size=32)
     retriever, kept = load_retriever(config.index_dir), []
-    for start in range(0, len(chained), 8):
-        batch = [r for r in chained[start:start + 8] for _ in range(k)]
-        trajs = run_search_agent([r.question for r in batch], generator, retriever,
-                                 max_turns=config.max_turns, topk=config.topk,
-                                 max_new_tokens=config.max_new_tokens)
-        kept += [t for t, r in zip(trajs, batch, strict=True)
-                 if exact_match(t.answer, r.golden_answers) and t.format_errors == 0]
+    with console.progress("rejection sampling", len(chained) * k, "rollouts") as bar:
+        for start in range(0, len(chained), 8):
+            batch = [r for r in chained[start:start + 8] for _ in range(k)]
+            trajs = run_search_agent([r.question for r in batch], generator, retriever,
+                                     max_turns=config.max_turns, topk=config.topk,
+                                     max_new_tokens=config.max_new_tokens)
+            kept += [t for t, r in zip(trajs, batch, strict=True)
+                     if exact_match(t.answer, r.golden_answers) and t.format_errors == 0]
+            bar.set_postfix(kept=len(kept), refresh=False)
+            bar.update(len(batch))
     print(f"rejection sampling: kept {len(kept)} of {len(chained) * k} rollouts", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([[{"text": s.text, "source": s.source} for s in t.segments]
