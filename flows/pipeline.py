@@ -125,11 +125,11 @@ def check_engine(config: PipelineConfig, recipe: Recipe) -> None:
     """Refuse, before any stage runs, a recipe the verl engine cannot train (``verl:`` set)."""
     if config.verl is None:
         return
-    from advrag.engines.verl.launch import refuse_unmapped, require_divisible, require_gpu
+    from advrag.engines.verl.launch import require_divisible, require_gpu
 
     summaries = getattr(getattr(recipe.config, "summary", None), "summarise", False)
     try:
-        refuse_unmapped(recipe.config)
+        recipe.refuse_verl()
         require_divisible(recipe.config, config.verl.gpus * config.verl.nodes)
         if summaries and config.verl.retriever_url is None:
             raise ValueError("UR²'s summaries need a retrieval server started with "

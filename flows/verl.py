@@ -2,10 +2,11 @@
 engine leaves in MLflow.
 
 one MLflow run (the config, the data version, each verl run's composed config; verl's own
-metrics join it through its MLflow logger, ``MLFLOW_RUN_ID``) → verl's trainer, its
-checkpoints mirrored to the bucket and resumed from it where one is set (GRPO: one
-run; UR²: curation with the start policy on this machine, then stage 1 and stage 2 as two verl
-runs, the second from the first's merged checkpoint) → the newest checkpoint merged back
+metrics join it through its MLflow logger, ``MLFLOW_RUN_ID``) → the recipe's upstream curation
+with the start policy on this machine, where it has one → each of the recipe's verl runs
+(``Recipe.verl_runs``; GRPO: one; UR²: stage 1 and stage 2, the second from the first's merged
+checkpoint), its checkpoints mirrored to the bucket and resumed from it where one is set →
+the newest checkpoint merged back
 (``advrag.engines.verl.checkpoints``) → registered with its provenance → benchmarked like a
 local run's (``evaluate``).
 """
@@ -21,6 +22,7 @@ from advrag.common.locks import exclusive
 from advrag.config.flows import VerlSection
 from advrag.engines.local.checkpoint_store import CheckpointStore
 from advrag.engines.verl import checkpoints, launch, mirror
+from advrag.engines.verl.runs import VerlRun
 from advrag.flows.rl import benchmark_stages, curate_with
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
@@ -46,8 +48,7 @@ def rl_on_verl(recipe: Recipe, settings: VerlSection, start_model: str | None = 
     with exclusive(config.checkpoint_dir, "the checkpoint directory"), \
             tracking.tracked_run(config.experiment, run_name, params=params, tags=tags,
                                  parent=parent) as run_id:
-        train = train_ur2 if recipe.name == "ur2" else train_once
-        step, model_dir = train(recipe, settings, start_model, run_id)
+        step, model_dir = train_runs(recipe, settings, start_model, run_id)
         primary = recipe.agents[0]
         versions = rl.register(recipe, run_id, {primary: model_dir}, version["digest"])
         tracking.set_tags(run_id, {"verl.step": str(step)})
@@ -61,50 +62,31 @@ def rl_on_verl(recipe: Recipe, settings: VerlSection, start_model: str | None = 
     return results
 
 
-def train_once(recipe: Recipe, settings: VerlSection, start_model: str,
+def train_runs(recipe: Recipe, settings: VerlSection, start_model: str,
                run_id: str) -> tuple[int, Path]:
-    """One verl run of the recipe's config; its newest checkpoint merged: (step, directory)."""
-    from advrag.models.loading import resolve_model_dir
-
-    config = recipe.config
-    hydra_overrides, composed = prepare_run(recipe, settings, resolve_model_dir(start_model))
-    run_verl(hydra_overrides, composed, run_id, "verl", launch.stage_root(config))
-    return merged(launch.stage_root(config), Path(config.checkpoint_dir) / "verl-export")
-
-
-def train_ur2(recipe: Recipe, settings: VerlSection, start_model: str,
-              run_id: str) -> tuple[int, Path]:
-    """UR² on verl: curation with the start policy (here, nested), then each stage a verl run
-    on its pool (all the training questions when curation left it empty), prompted by task
-    mixing, from the previous stage's merged model: the last one's (step, directory)."""
+    """The recipe's upstream curation with the start policy (here, nested; none for most), then
+    each of its verl runs (``Recipe.verl_runs``) from the one before's merged model: the last
+    one's (step, directory)."""
     from advrag.models.loading import resolve_model_dir
 
     config = recipe.config
     curate_with(recipe, start_model, run_id)
     model, step = resolve_model_dir(start_model), 0
-    for stage in launch.ur2_stage_steps(config):
-        records = recipe.pools.get(stage) or recipe.training_questions()
-        hydra_overrides, composed = prepare_run(recipe, settings, model, stage, records)
-        run_verl(hydra_overrides, composed, run_id, f"verl/stage-{stage}",
-                 launch.stage_root(config, stage))
-        step, model = merged(launch.stage_root(config, stage),
-                             Path(config.checkpoint_dir) / "verl-export" / f"stage-{stage}")
+    for run in recipe.verl_runs():
+        hydra_overrides, composed = prepare_run(recipe.config, run, settings, model)
+        root = launch.run_root(config, run)
+        run_verl(hydra_overrides, composed, run_id, run.tracked_as, root)
+        step, model = merged(root, launch.export_root(config, run))
     return step, model
 
 
-def prepare_run(recipe: Recipe, settings: VerlSection, model_path: str | Path,
-                stage: int | None = None, records: list | None = None) -> tuple[list[str], Any]:
-    """One verl run's data, agent loop file and composed config under ``settings.out_dir``:
-    the recipe's config (``stage`` None), or UR² stage ``stage`` on ``records``, prompted by
-    task mixing; its Hydra overrides and composed config."""
-    options = {"model_path": str(model_path), "retriever_url": settings.retriever_url,
-               "gpus": settings.gpus, "nodes": settings.nodes}
-    if stage is None:
-        return launch.prepare(recipe.config, settings.out_dir, **options)
-    return launch.prepare_ur2_stage(
-        recipe.config, settings.out_dir, stage=stage, records=records,
-        retrieval=[recipe.retrieval_prompt(r, stage) for r in records],
-        search_prompt=recipe.search_prompt(), **options)
+def prepare_run(config, run: VerlRun, settings: VerlSection,
+                model_path: str | Path) -> tuple[list[str], Any]:
+    """``run``'s data, agent loop file and composed config under ``settings.out_dir``; its
+    Hydra overrides and composed config."""
+    return launch.prepare(config, run, settings.out_dir, model_path=str(model_path),
+                          retriever_url=settings.retriever_url, gpus=settings.gpus,
+                          nodes=settings.nodes)
 
 
 def run_verl(hydra_overrides: list[str], composed, run_id: str, name: str, root: Path) -> None:

@@ -1,6 +1,7 @@
 """Stand-ins for the verl tests: verl's checkpoint, written as verl's trainer writes it, on
 the CPU (its own FSDPCheckpointManager saving a two-rank FSDP2 model over gloo where a test
-says), and a scripted UR² summariser for a retrieval server that summarises."""
+says), a scripted UR² summariser for a retrieval server that summarises, and the launcher's
+``prepare`` of a config's first verl run."""
 
 from __future__ import annotations
 
@@ -92,3 +93,13 @@ class Summarising:
 
         return [Summary(f"A summary about {q}.", "summary") if "tragedy" in q
                 else Summary(SUMMARY_FALLBACK_MESSAGE, "fallback") for q, _ in pairs]
+
+
+def prepare(config, out_dir, **options):
+    """``launch.prepare`` of the first verl run the config's recipe describes
+    (``Recipe.verl_runs``)."""
+    from advrag.engines.verl import launch
+    from advrag.recipes import RECIPES
+
+    return launch.prepare(config, RECIPES[config.recipe](config).verl_runs()[0], out_dir,
+                          **options)

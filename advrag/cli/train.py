@@ -59,13 +59,12 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
 
     with config_errors():
         recipe = recipe_for(config, overrides)
-    settings = recipe.config
     try:
         from advrag.config.flows import VerlSection
         from advrag.engines.verl import launch
 
         verl = VerlSection(gpus=gpus, nodes=nodes, retriever_url=retriever_url, out_dir=out_dir)
-        launch.refuse_unmapped(settings)
+        recipe.refuse_verl()
         if dry_run:
             show_verl_runs(recipe, verl)
             return
@@ -83,8 +82,9 @@ def run_on_verl(config: Path, overrides: dict | None, *, dry_run: bool, gpus: in
 
 
 def show_verl_runs(recipe, verl) -> None:
-    """``--dry-run``: each verl run's data written, its command and composed config printed
-    (UR²: one per stage, on the uncurated questions; curation runs at the launch)."""
+    """``--dry-run``: each of the recipe's verl runs (``Recipe.verl_runs``) has its data
+    written and its command and composed config printed (UR²: one per stage, on the
+    uncurated questions; curation runs at the launch)."""
     from omegaconf import OmegaConf
 
     from advrag.engines.verl import launch
@@ -92,13 +92,8 @@ def show_verl_runs(recipe, verl) -> None:
     from advrag.models.loading import resolve_model_dir
 
     model = resolve_model_dir(recipe.config.model)
-    if recipe.config.recipe != "ur2":
-        runs = [prepare_run(recipe, verl, model)]
-    else:
-        records = recipe.training_questions()
-        runs = [prepare_run(recipe, verl, model, stage, records)
-                for stage in launch.ur2_stage_steps(recipe.config)]
-    for hydra_overrides, composed in runs:
+    for run in recipe.verl_runs():
+        hydra_overrides, composed = prepare_run(recipe.config, run, verl, model)
         typer.echo(launch.shown(hydra_overrides))
         typer.echo(OmegaConf.to_yaml(composed))
 

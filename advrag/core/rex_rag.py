@@ -113,10 +113,12 @@ def probes_to_keep(keep_ratio: float, questions: int, group_size: int) -> int:
     return math.floor(keep_ratio * questions * group_size + 0.5)
 
 
-def updated_keep_ratio(keep_ratio: float, probe_accuracy: float, weight: float = 0.1) -> float:
+def updated_keep_ratio(keep_ratio: float, probe_accuracy: float, weight: float = 0.1,
+                       cap: float = 1.0) -> float:
     """The next step's keep ratio: an exponential average moving ``weight`` of the way from
-    ``keep_ratio`` towards the probes' accuracy this step."""
-    return (1.0 - weight) * keep_ratio + weight * probe_accuracy
+    ``keep_ratio`` towards the probes' accuracy this step, never above ``cap`` (the
+    configured ratio: the most probes ever kept)."""
+    return min(cap, (1.0 - weight) * keep_ratio + weight * probe_accuracy)
 
 
 ROLES = ("policy", "prefix", "prompt", "continuation")

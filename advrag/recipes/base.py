@@ -13,7 +13,9 @@ A recipe is one RL training method (GRPO, ARR, …). It supplies only what is it
   ``token_budgets``; ``check_token_budgets`` refuses a config that could cut one);
 - what it needs upstream (``upstream``: UR²'s curation, GAR's discriminator SFT), which
   the pipeline runs and hands over (``use_curation``, ``use_discriminator``), and its
-  training questions (``training_questions``).
+  training questions (``training_questions``);
+- its runs on verl (``verl_runs``: ``engines.verl.runs.VerlRun``, each stage's reward,
+  questions, agent loop and trainer), or why it has none (``verl_refusal``).
 
 The loop never asks a recipe's name: what differs is in these methods and ``config_model``.
 
@@ -66,6 +68,9 @@ class Recipe(ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
     """CLI commands that run this recipe besides `advrag rl` (e.g. `advrag train`)."""
     reward_terms: ClassVar[dict[str, str]] = {}
+    verl_refusal: ClassVar[str | None] = "it describes no verl runs"
+    """Why ``--engine verl`` cannot train this recipe (``refuse_verl``); ``None`` where
+    ``verl_runs`` describes its runs."""
     """The reward terms a run reports per update (name → the step metric holding it): what the
     pipeline's table prints beside the benchmark (none by default)."""
 
@@ -110,6 +115,23 @@ class Recipe(ABC):
         """Take the SFT discriminator's adapter; only a recipe whose ``upstream`` names
         discriminator_sft is handed one."""
         raise NotImplementedError(f"recipe {self.name!r} takes no discriminator")
+
+    def refuse_verl(self) -> None:
+        """Refuse (``ValueError``) ``--engine verl`` for a recipe without verl runs, saying why."""
+        from advrag.recipes import RECIPES  # the table imports this module
+
+        if self.verl_refusal is None:
+            return
+        *most, last = sorted(n for n, r in RECIPES.items() if r.verl_refusal is None)
+        carried = f"{', '.join(most)} and {last}" if most else last
+        raise ValueError(f"--engine verl runs recipes {carried} for now; {self.name!r}: "
+                         f"{self.verl_refusal} (docs/verl.md): run it locally")
+
+    def verl_runs(self) -> list:
+        """The ``engines.verl.runs.VerlRun`` s that train this config on verl, in order, each
+        from the one before's merged model (after ``upstream``'s curation, when it has one)."""
+        self.refuse_verl()
+        raise NotImplementedError(f"recipe {self.name!r} sets no verl_refusal and no verl_runs")
 
     def episode_shape(self, max_turns: int) -> EpisodeShape:
         """The most one rollout of ``max_turns`` turns holds (``agents.budgets``): the

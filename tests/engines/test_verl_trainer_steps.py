@@ -24,14 +24,17 @@ import torch
 
 pytest.importorskip("transfer_queue", reason="verl's V1 trainer is not installed: `make verl`")
 
+from verl_stand_in import prepare  # noqa: E402
+
 from advrag.core.advantages import ADVANTAGE_ESTIMATORS  # noqa: E402
-from advrag.engines.verl.launch import REX_TRAINER_MODE, compose, prepare  # noqa: E402
+from advrag.engines.verl.launch import compose  # noqa: E402
 from advrag.engines.verl.rex_trainer import (  # noqa: E402
     STATE_FILE,
     RexRagTrainer,
     Rows,
     rewrite,
 )
+from advrag.engines.verl.runs import REX_TRAINER_MODE  # noqa: E402
 from advrag.recipes import recipe_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -118,7 +118,6 @@ def test_the_gpu_workers_nightly_trains_on_verl():
     """prefect.yaml's nightly-gpu deployment (the Terraform workers' pool) runs
     configs/nightly-gpu.yaml: the pipeline with a recipe verl can train and a verl section."""
     from advrag.config import load_config
-    from advrag.engines.verl.launch import refuse_unmapped
     from advrag.recipes import recipe_for
 
     root = Path(__file__).resolve().parents[2]
@@ -129,4 +128,4 @@ def test_the_gpu_workers_nightly_trains_on_verl():
     assert gpu["parameters"] == {"config": "configs/nightly-gpu.yaml"}
     config = load_config(root / gpu["parameters"]["config"], PipelineConfig)
     assert config.verl is not None and config.discriminator is None
-    refuse_unmapped(recipe_for(root / config.recipe).config)  # raises for a recipe verl lacks
+    recipe_for(root / config.recipe).refuse_verl()  # raises for a recipe verl lacks

@@ -5,6 +5,7 @@ verl's checkpoint manager would, after recording what it was given."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import mlflow
@@ -22,6 +23,7 @@ from verl_stand_in import Summarising, verl_saves, weights  # noqa: E402
 from advrag.config.flows import SummaryConfig, VerlSection  # noqa: E402
 from advrag.engines.verl import launch  # noqa: E402
 from advrag.recipes.ur2 import UR2Recipe  # noqa: E402
+from advrag.recipes.ur2.verl import require_summaries  # noqa: E402
 from advrag.tasks import tracking  # noqa: E402
 
 
@@ -34,10 +36,11 @@ def test_each_stage_is_a_verl_run_with_its_pool_prompts_and_reward(tmp_path, sma
         "optim": config.optim.model_copy(update={"max_seq_len": 1024})}))
     records = recipe.training_questions()[:4]
     flags = [True, False, True, False]
-    hydra_overrides, composed = launch.prepare_ur2_stage(
-        recipe.config, tmp_path / "out", stage=2, records=records, retrieval=flags,
-        search_prompt=recipe.search_prompt(), model_path="/models/stage-1", gpus=1, nodes=1,
-        retriever_url="http://10.0.0.5:8000")
+    recipe.use_curation(records, [])  # stage 2 trains on these
+    [stage_2] = [run for run in recipe.verl_runs() if run.part == "stage-2"]
+    hydra_overrides, composed = launch.prepare(
+        recipe.config, dataclasses.replace(stage_2, retrieval=flags), tmp_path / "out",
+        model_path="/models/stage-1", gpus=1, nodes=1, retriever_url="http://10.0.0.5:8000")
     reward = composed.reward.custom_reward_function
     assert (reward.name, dict(reward.reward_kwargs)) == ("ur2_score", {
         "stage": 2, "metric": recipe.config.reward_metric,
@@ -62,9 +65,9 @@ def test_summaries_need_a_server_that_summarises(tmp_path, small_world_dir, smal
     retriever = load_retriever(small_index_dir, kind="dense")
     with serving_app(create_app(retriever)) as raw:
         with pytest.raises(ValueError, match="serves raw documents; start it with .*--summarise"):
-            launch.require_summaries(config, raw)
+            require_summaries(config, raw)
     with serving_app(create_app(retriever, summariser=Summarising())) as summarising:
-        launch.require_summaries(config, summarising)
+        require_summaries(config, summarising)
 
 
 def test_ur2_curates_then_trains_stage_one_then_stage_two_from_it(

@@ -306,14 +306,14 @@ def test_verl_builds_each_loop_of_the_launchers_file_as_its_workers_do(
     import hydra
     from verl.experimental.agent_loop.agent_loop import ToolListWrap
 
-    from advrag.engines.verl.launch import agent_loop_file, search_r1_reward
+    from advrag.engines.verl.launch import agent_loop_file
     from advrag.recipes import recipe_for
 
     rex = recipe_for(Path(__file__).resolve().parents[2] / "configs" / "rex-rag.yaml", {
         "world_dir": str(small_world_dir), "max_turns": 2,
-        "exploration": {"kind": "rex", "probe_prob": 1.0, "pool_size": 1}}).config
-    path = agent_loop_file(tmp_path / "agent_loops.yaml", rex, server_url,
-                           search_r1_reward(rex))
+        "exploration": {"kind": "rex", "probe_prob": 1.0, "pool_size": 1}})
+    [run] = rex.verl_runs()
+    path = agent_loop_file(tmp_path / "agent_loops.yaml", rex.config, server_url, run.search_loop)
     servers = StandInServers(tokenizer, PROBE_RULES)
 
     async def run():

@@ -3,6 +3,7 @@ our config composed against verl 0.9.1's config files, and the command line's dr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,12 @@ import pytest
 pytest.importorskip("verl", reason="verl is not installed here: run `make verl`")
 
 from omegaconf import OmegaConf  # noqa: E402
+from verl_stand_in import prepare  # noqa: E402
 
 from advrag.agents.prompts import search_r1_prompt  # noqa: E402
 from advrag.datasets.loaders import load_qa  # noqa: E402
 from advrag.engines.verl import launch  # noqa: E402
-from advrag.recipes import recipe_for  # noqa: E402
+from advrag.recipes import RECIPES, recipe_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +66,7 @@ def test_task_mixing_rows_answer_directly_and_expect_no_retrieval(tmp_path, smal
 
 
 def test_the_composed_config_carries_our_values(tmp_path, grpo):
-    hydra_overrides, composed = launch.prepare(grpo, tmp_path, model_path="/models/smollm2",
+    hydra_overrides, composed = prepare(grpo, tmp_path, model_path="/models/smollm2",
                                                retriever_url="http://10.0.0.5:8000", gpus=4,
                                                nodes=2)
     optim = grpo.optim  # configs/train.yaml: lr 5e-5, kl 0.001 (k3), group 4, 2 questions, f1
@@ -115,7 +117,7 @@ def test_rex_rag_runs_its_agent_loop_and_trainer(tmp_path, small_world_dir):
     import pandas as pd
 
     rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {"world_dir": str(small_world_dir)}).config
-    hydra_overrides, composed = launch.prepare(rex, tmp_path, model_path="m",
+    hydra_overrides, composed = prepare(rex, tmp_path, model_path="m",
                                                retriever_url="http://10.0.0.5:8000", gpus=1,
                                                nodes=1)
     assert set(pd.read_parquet(tmp_path / "train.parquet")["agent_name"]) == {"advrag_rex_rag"}
@@ -145,10 +147,11 @@ def test_ur2_with_rex_rag_probes_scores_with_ur2s_reward(tmp_path, small_world_d
     ur2 = recipe_for(ROOT / "configs" / "ur2-raw-docs.yaml", {
         "world_dir": str(small_world_dir), "exploration": {"kind": "rex"}}).config
     records = load_qa(small_world_dir / "train.jsonl")[:3]
-    _, composed = launch.prepare_ur2_stage(
-        ur2, tmp_path, stage=2, records=records, retrieval=[True, False, True],
-        search_prompt=search_r1_prompt, model_path="m", retriever_url="http://127.0.0.1:8000",
-        gpus=1, nodes=1)
+    [stage_2] = [run for run in RECIPES["ur2"](ur2).verl_runs() if run.part == "stage-2"]
+    stage_2 = dataclasses.replace(stage_2, records=records, retrieval=[True, False, True],
+                                  search_prompt=search_r1_prompt)
+    _, composed = launch.prepare(ur2, stage_2, tmp_path, model_path="m",
+                                 retriever_url="http://127.0.0.1:8000", gpus=1, nodes=1)
     stage = tmp_path / "stage-2"
     assert list(pd.read_parquet(stage / "train.parquet")["agent_name"]) == [
         "advrag_rex_rag", "advrag_direct", "advrag_rex_rag"]
@@ -178,7 +181,7 @@ def test_verls_own_validation_passes_the_composed_config(tmp_path, small_world_d
                         types.ModuleType("verl.workers.rollout.vllm_rollout"))
     monkeypatch.setitem(sys.modules, "verl.workers.rollout.vllm_rollout.utils", utils)
     config = recipe_for(ROOT / "configs" / name, {"world_dir": str(small_world_dir)}).config
-    _, composed = launch.prepare(config, tmp_path, model_path="m", retriever_url="http://x",
+    _, composed = prepare(config, tmp_path, model_path="m", retriever_url="http://x",
                                  gpus=gpus, nodes=nodes)
     validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
                     use_critic=need_critic(composed))
@@ -188,7 +191,7 @@ def test_the_prompt_budget_is_the_longest_exported_prompt(tmp_path, grpo, tiny_p
     """With the model's tokenizer at hand, verl's prompt budget is the longest exported prompt
     (verl's dataset then keeps every question: tests/engines/test_verl_trainer_steps.py) and
     the episode gets the rest of max_seq_len; a budget that leaves none is refused."""
-    _, composed = launch.prepare(grpo, tmp_path, model_path=str(tiny_policy_dir),
+    _, composed = prepare(grpo, tmp_path, model_path=str(tiny_policy_dir),
                                  retriever_url="u", gpus=1, nodes=1)
     budget = composed.data.max_prompt_length
     assert 0 < budget < launch.DEFAULT_PROMPT_TOKENS
@@ -196,28 +199,28 @@ def test_the_prompt_budget_is_the_longest_exported_prompt(tmp_path, grpo, tiny_p
     short = grpo.model_copy(update={"optim": grpo.optim.model_copy(
         update={"max_seq_len": budget})})
     with pytest.raises(ValueError, match=f"takes {budget} tokens, all of optim.max_seq_len"):
-        launch.prepare(short, tmp_path, model_path=str(tiny_policy_dir), retriever_url="u",
+        prepare(short, tmp_path, model_path=str(tiny_policy_dir), retriever_url="u",
                        gpus=1, nodes=1)
 
 
 def test_rollouts_that_do_not_split_over_the_gpus_are_refused(tmp_path, grpo):
     with pytest.raises(ValueError, match=r"8 rollouts \(questions_per_step 2 × group_size 4\) "
                                          "over 16 GPUs evenly"):
-        launch.prepare(grpo, tmp_path, model_path="m", retriever_url="u", gpus=8, nodes=2)
+        prepare(grpo, tmp_path, model_path="m", retriever_url="u", gpus=8, nodes=2)
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_a_key_verl_does_not_have_is_named(tmp_path, grpo):
-    hydra_overrides, _ = launch.prepare(grpo, tmp_path, model_path="m", retriever_url="u",
+    hydra_overrides, _ = prepare(grpo, tmp_path, model_path="m", retriever_url="u",
                                         gpus=1, nodes=1)
     with pytest.raises(ValueError, match="no_such_setting"):
         launch.compose([*hydra_overrides, "trainer.no_such_setting=1"])
 
 
 def test_recipes_the_launcher_cannot_carry_are_refused(small_world_dir):
-    arr = recipe_for(ROOT / "configs" / "arr.yaml", {"world_dir": str(small_world_dir)}).config
+    arr = recipe_for(ROOT / "configs" / "arr.yaml", {"world_dir": str(small_world_dir)})
     with pytest.raises(ValueError, match="runs recipes grpo and ur2 for now; 'arr'"):
-        launch.refuse_unmapped(arr)
+        arr.refuse_verl()
 
 
 def test_the_command_line_dry_run_and_the_launch_without_a_gpu(tmp_path, small_world_dir):

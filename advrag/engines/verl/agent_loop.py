@@ -50,8 +50,9 @@ from advrag.common.bearer import auth_headers
 from advrag.common.types import Passage, format_docs
 from advrag.common.wire import hits_of, retrieve_request, retrieve_url
 from advrag.core.rewards import full_marks
-from advrag.engines.verl.launch import AGENT_NAME, DIRECT_AGENT_NAME, REX_AGENT_NAME
+from advrag.engines.verl.launch import AGENT_NAME, DIRECT_AGENT_NAME
 from advrag.engines.verl.rewards import TRAJECTORY_TERMS, golden_answers
+from advrag.engines.verl.runs import REX_AGENT_NAME
 
 
 class RetrievalClient:

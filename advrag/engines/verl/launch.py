@@ -1,4 +1,5 @@
-"""``advrag rl --engine verl``: a GRPO or UR² recipe config as runs of verl's ``main_ppo`` on Ray.
+"""``advrag rl --engine verl``: a recipe's verl runs (``Recipe.verl_runs``, ``runs.VerlRun``) as
+runs of verl's ``main_ppo`` on Ray.
 
 Three steps, each checkable on a CPU:
 
@@ -10,22 +11,23 @@ Three steps, each checkable on a CPU:
    ``ppo_trainer`` — the plugin's estimator and loss, the learning rate, clip and KL settings,
    LoRA, the group size, the batch, the turn and token budgets, the reward function, the agent
    loop (a file written beside the data, naming the retrieval server), the steps and
-   checkpoints — composed against verl's own config files, so a key verl does not have
+   checkpoints, and a trainer the run brings (its mode and typed section) — composed against verl's own config files, so a key verl does not have
    fails here, naming it.
 3. **Launch**: ``python -m verl.trainer.main_ppo <overrides>`` with the plugin named in
    ``VERL_USE_EXTERNAL_MODULES``; ``--dry-run`` prints the command and the composed config.
 4. **Back** (the flow ``rl-verl``, ``advrag.flows.verl``): verl's metrics go to the run's
    MLflow run, and its newest checkpoint is merged, registered and benchmarked.
 
-UR² is two verl runs, one per stage (``prepare_ur2_stage``: the stage's pool with task mixing's
-rows, UR²'s reward of the stage, its steps and checkpoint directory). REX-RAG (``exploration``)
-runs its own agent loop on the training rows and its own trainer (``rex_values``,
-``rex_trainer``). What does not map: the local engine's SFT warm-up (verl starts from ``model``,
-so point it at a warmed-up model); two-policy recipes (ARR, GAR) stay local.
+What a run holds comes from its recipe: GRPO is one run; UR² two, one per stage
+(``recipes.ur2.verl``); REX-RAG's exploration brings its agent loop and its trainer
+(``recipes.rex_rag.verl``). What does not map: the local engine's SFT warm-up (verl starts from
+``model``, so point it at a warmed-up model); a recipe without verl runs (ARR and GAR, two
+policies a step) is refused by ``Recipe.refuse_verl``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -36,23 +38,21 @@ from typing import Any
 
 from advrag.agents.prompts import direct_reasoning_prompt, search_r1_prompt
 from advrag.datasets.records import QARecord
+from advrag.engines.verl.runs import PLUGIN, AgentLoop, TrainerMode, VerlRun
 
 AGENT_NAME = "advrag_search_r1"
 DIRECT_AGENT_NAME = "advrag_direct"
-REX_AGENT_NAME = "advrag_rex_rag"
-"""verl's ``agent_name`` of a row that searches, of one answered directly (UR²'s task
-mixing; ``agent_loop.DirectAnswerAgentLoop``) and of one that searches and may be probed
-(REX-RAG; ``agent_loop.RexSearchAgentLoop``)."""
+"""verl's ``agent_name`` of a row that searches and of one answered directly (UR²'s task
+mixing; ``agent_loop.DirectAnswerAgentLoop``); a run may bring another for the rows that
+search (``VerlRun.search_loop``: REX-RAG's, which probes)."""
 CHECKPOINTS = "verl"
-"""verl's ``trainer.default_local_dir``, under the config's ``checkpoint_dir``."""
+EXPORTS = "verl-export"
+"""verl's ``trainer.default_local_dir`` and the merged models, under ``checkpoint_dir``."""
 REWARD_PATH = "pkg://advrag.engines.verl.rewards"
 DEFAULT_PROMPT_TOKENS = 512
 """The prompt budget when the model's tokenizer is not at hand (``prompt_budget``)."""
 MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
-PLUGIN = "advrag.engines.verl"
-REX_TRAINER_MODE = "advrag_rex_rag"
-REX_MODULES = f"{PLUGIN},{PLUGIN}.rex_trainer"
-"""verl's ``trainer.v1.trainer_mode`` of REX-RAG's trainer, and the modules that register it."""
+MODULES_OVERRIDE = f"+ray_kwargs.ray_init.runtime_env.env_vars.{MODULES_ENV}"
 KL_TYPES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 """Our KL estimators by verl's names (``core_algos.kl_penalty``)."""
 
@@ -102,109 +102,33 @@ def export_parquet(records: Sequence[QARecord], path: Path, split: str,
 
 
 def agent_loop_file(path: Path, config: Any, retriever_url: str,
-                    reward: tuple[str, dict[str, Any]]) -> Path:
-    """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``); with
-    ``exploration``, REX-RAG's loop too, scoring with ``reward`` (its name and settings)."""
+                    search_loop: AgentLoop | None = None) -> Path:
+    """The agent loop config verl reads (``rollout.agent.agent_loop_config_path``): Search-R1's
+    and the direct answer's, and the run's own ``search_loop`` if it brings one."""
     search = {"retriever_url": retriever_url, "max_turns": config.max_turns,
               "topk": config.topk}
-    entries = [{"name": AGENT_NAME,
-                "_target_": "advrag.engines.verl.agent_loop.SearchR1AgentLoop", **search},
+    entries = [{"name": AGENT_NAME, "_target_": f"{PLUGIN}.agent_loop.SearchR1AgentLoop",
+                **search},
                {"name": DIRECT_AGENT_NAME,
-                "_target_": "advrag.engines.verl.agent_loop.DirectAnswerAgentLoop"}]
-    exploration = getattr(config, "exploration", None)
-    if exploration is not None:
-        name, settings = reward
-        entries.append({"name": REX_AGENT_NAME,
-                        "_target_": "advrag.engines.verl.agent_loop.RexSearchAgentLoop",
-                        **search, "probe_prob": exploration.probe_prob,
-                        "pool_size": exploration.pool_size, "reward": name,
-                        "reward_kwargs": settings, "seed": config.optim.seed})
+                "_target_": f"{PLUGIN}.agent_loop.DirectAnswerAgentLoop"}]
+    if search_loop is not None:
+        entries.append({"name": search_loop.name, "_target_": search_loop.target, **search,
+                        **search_loop.settings})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entries, indent=2) + "\n")  # JSON is YAML: OmegaConf reads it
     return path
 
 
-def refuse_unmapped(config: Any) -> None:
-    """A config whose training the verl path would change is refused, naming what to drop."""
-    if config.recipe not in ("grpo", "ur2"):
-        raise ValueError(f"--engine verl runs recipes grpo and ur2 for now; {config.recipe!r} "
-                         "trains with steps the verl path does not have yet (docs/verl.md): "
-                         "run it locally")
-
-
-def search_r1_reward(config: Any) -> tuple[str, dict[str, Any]]:
-    """verl's reward function for a GRPO config, and its settings."""
-    return "search_r1_score", {"metric": config.reward_metric,
-                               "format_penalty": config.format_penalty}
-
-
-def ur2_reward(config: Any, stage: int) -> tuple[str, dict[str, Any]]:
-    """verl's reward function for a UR² stage, and its settings."""
-    return "ur2_score", {"stage": stage, "metric": config.reward_metric,
-                         "fallback_penalty": config.fallback_penalty}
-
-
-def search_agent(config: Any) -> str:
-    """The agent loop of the rows that search: REX-RAG's with ``exploration``."""
-    return AGENT_NAME if getattr(config, "exploration", None) is None else REX_AGENT_NAME
-
-
-def ur2_stage_steps(config: Any) -> dict[int, int]:
-    """UR²'s stages on verl, each its own verl run: stage → its updates (none: left out)."""
-    first = min(config.stage1_steps, config.steps)
-    return {stage: steps for stage, steps in ((1, first), (2, config.steps - first)) if steps}
-
-
-def stage_root(config: Any, stage: int | None = None) -> Path:
-    """verl's ``default_local_dir`` of a run (of a UR² ``stage``)."""
+def run_root(config: Any, run: VerlRun) -> Path:
+    """verl's ``default_local_dir`` of ``run``: ``checkpoint_dir/verl[/<part>]``."""
     root = Path(config.checkpoint_dir) / CHECKPOINTS
-    return root if stage is None else root / f"stage-{stage}"
+    return root if run.part is None else root / run.part
 
 
-def require_summaries(config: Any, retriever_url: str) -> None:
-    """UR² with ``summary.summarise`` reads summaries from the retrieval server: refuse one
-    that does not summarise (its ``/health`` has no summariser counts)."""
-    import httpx
-
-    if not getattr(getattr(config, "summary", None), "summarise", False):
-        return
-    try:
-        health = httpx.get(f"{retriever_url.rstrip('/')}/health", timeout=30).json()
-    except (httpx.HTTPError, ValueError) as error:
-        raise ValueError(f"UR² summaries: the retrieval server at {retriever_url} did not "
-                         f"answer /health ({error})") from None
-    if "summaries" not in health:
-        raise ValueError(f"UR² summaries: the retrieval server at {retriever_url} serves raw "
-                         "documents; start it with `advrag serve-retriever --summarise`, or "
-                         "set summary.summarise: false")
-
-
-def prepare_ur2_stage(config: Any, out_dir: Path, *, stage: int, records: Sequence[QARecord],
-                      retrieval: Sequence[bool], search_prompt: Callable[[str], str],
-                      model_path: str, retriever_url: str, gpus: int,
-                      nodes: int) -> tuple[list[str], Any]:
-    """One UR² stage as a verl run under ``out_dir/stage-<n>``: its questions prompted by task
-    mixing (``retrieval``), UR²'s reward of the stage (its metric and fallback penalty), its
-    updates and its own checkpoint directory; the overrides and the composed config."""
-    from advrag.datasets.loaders import load_qa
-
-    require_divisible(config, gpus * nodes)
-    require_summaries(config, retriever_url)
-    stage_dir = out_dir / f"stage-{stage}"
-    reward = ur2_reward(config, stage)
-    files = {"train": export_parquet(records, stage_dir / "train.parquet", "train",
-                                     retrieval=retrieval, search_prompt=search_prompt,
-                                     search_agent=search_agent(config)),
-             "dev": export_parquet(load_qa(Path(config.world_dir) / "dev.jsonl"),
-                                   stage_dir / "dev.parquet", "dev", search_prompt=search_prompt),
-             "agent_loop": agent_loop_file(stage_dir / "agent_loops.yaml", config, retriever_url,
-                                           reward)}
-    values = override_values(config, model_path, files, gpus=gpus, nodes=nodes, reward=reward)
-    values |= {"trainer.total_training_steps": ur2_stage_steps(config)[stage],
-               "trainer.default_local_dir": str(stage_root(config, stage)),
-               "trainer.experiment_name": f"ur2-stage-{stage}"}
-    hydra_overrides = as_overrides(values)
-    return hydra_overrides, compose(hydra_overrides)
+def export_root(config: Any, run: VerlRun) -> Path:
+    """Where ``run``'s newest checkpoint is merged: ``checkpoint_dir/verl-export[/<part>]``."""
+    root = Path(config.checkpoint_dir) / EXPORTS
+    return root if run.part is None else root / run.part
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:
@@ -212,11 +136,11 @@ def as_overrides(values: dict[str, Any]) -> list[str]:
     return [f"{key}={_hydra_value(value)}" for key, value in values.items()]
 
 
-def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpus: int,
-                    nodes: int, reward: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` (module docstring, step
-    2) as a mapping, with ``reward`` (verl's reward function and its settings)
-    and, with ``exploration``, REX-RAG's loop and trainer (``rex_values``)."""
+def override_values(config: Any, run: VerlRun, model_path: str, files: dict[str, Path], *,
+                    gpus: int, nodes: int) -> dict[str, Any]:
+    """Hydra overrides of verl's ``ppo_trainer`` carrying ``config`` and ``run`` (module
+    docstring, step 2) as a mapping: its reward function and settings, its steps and
+    checkpoints, and the agent loop and trainer it brings (``trainer_values``)."""
     optim, lora = config.optim, config.lora
     prompt_tokens = prompt_budget([files["train"], files["dev"]], model_path)
     if prompt_tokens >= optim.max_seq_len:
@@ -249,7 +173,7 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "actor_rollout_ref.rollout.temperature": config.temperature,
         "actor_rollout_ref.rollout.multi_turn.enable": True,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(files["agent_loop"]),
-        "actor_rollout_ref.rollout.agent.default_agent_loop": search_agent(config),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": search_agent(run),
         # the clipped ratio is taken against recomputed old log-probs, as the local engine
         # does; our agent loops return no rollout log-probs for verl to compare them with
         "actor_rollout_ref.rollout.calculate_log_probs": False,
@@ -259,19 +183,24 @@ def override_values(config: Any, model_path: str, files: dict[str, Path], *, gpu
         "data.max_prompt_length": prompt_tokens,
         "data.max_response_length": max(optim.max_seq_len - prompt_tokens, 1),
         "reward.custom_reward_function.path": REWARD_PATH,
-        "reward.custom_reward_function.name": reward[0],
+        "reward.custom_reward_function.name": run.reward[0],
         **{f"+reward.custom_reward_function.reward_kwargs.{key}": value
-           for key, value in reward[1].items()},
-        "trainer.total_training_steps": config.steps,
+           for key, value in run.reward[1].items()},
+        "trainer.total_training_steps": run.steps,
         "trainer.save_freq": config.checkpoint_every,
-        "trainer.default_local_dir": str(stage_root(config)),
+        "trainer.default_local_dir": str(run_root(config, run)),
         "trainer.project_name": config.experiment,
-        "trainer.experiment_name": config.recipe,
+        "trainer.experiment_name": run.experiment,
         "trainer.logger": "[console,mlflow]",
         "trainer.n_gpus_per_node": gpus,
         "trainer.nnodes": nodes,
     }
-    return values | rex_values(config)
+    return values | trainer_values(run.trainer)
+
+
+def search_agent(run: VerlRun) -> str:
+    """The agent loop of the rows that search: the run's own, else Search-R1's."""
+    return AGENT_NAME if run.search_loop is None else run.search_loop.name
 
 
 def require_divisible(config: Any, gpus: int) -> None:
@@ -302,24 +231,22 @@ def prompt_budget(parquets: Sequence[Path], model_path: str) -> int:
                              add_special_tokens=False)["input_ids"]) for messages in prompts)
 
 
-def rex_values(config: Any) -> dict[str, Any]:
-    """REX-RAG's trainer (``rex_trainer``: verl's sync trainer with the filter and the
-    correction), its settings, and the plugin module that registers it, named in every Ray
-    process's environment (none without ``exploration``)."""
-    exploration = getattr(config, "exploration", None)
-    if exploration is None:
+def trainer_values(trainer: TrainerMode | None) -> dict[str, Any]:
+    """A trainer the run brings: its mode, its settings as the config section it reads, and
+    the modules that register it, named in every Ray process's environment (none: verl's)."""
+    if trainer is None:
         return {}
-    settings = {key: getattr(exploration, key) for key in (
-        "pool_size", "keep_ratio", "keep_ratio_weight", "trajectory_filter", "correction")}
-    return {"trainer.v1.trainer_mode": REX_TRAINER_MODE,
-            **{f"+advrag_rex.{key}": value for key, value in settings.items()},
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.{MODULES_ENV}": REX_MODULES}
+    return {"trainer.v1.trainer_mode": trainer.mode,
+            f"+{trainer.section}": dataclasses.asdict(trainer.settings),
+            MODULES_OVERRIDE: ",".join(trainer.modules)}
 
 
 def _hydra_value(value: Any) -> str:
     """A value as Hydra's override grammar reads it."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{_hydra_value(item)}" for key, item in value.items()) + "}"
     if isinstance(value, str) and value.startswith("["):
         return value
     if isinstance(value, str):
@@ -346,24 +273,28 @@ def command(hydra_overrides: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "verl.trainer.main_ppo", *hydra_overrides]
 
 
-def prepare(config: Any, out_dir: Path, *, model_path: str, retriever_url: str, gpus: int,
-            nodes: int) -> tuple[list[str], Any]:
-    """Data, agent loop file and composed config under ``out_dir``; the overrides and config."""
+def prepare(config: Any, run: VerlRun, out_dir: Path, *, model_path: str, retriever_url: str,
+            gpus: int, nodes: int) -> tuple[list[str], Any]:
+    """``run``'s data, agent loop file and composed config under ``out_dir[/<part>]``: its
+    training questions (the world's training split when it names none) prompted as it says,
+    the world's dev questions under its search prompt; the overrides and the composed config."""
     from advrag.datasets.loaders import load_qa
 
-    refuse_unmapped(config)
     require_divisible(config, gpus * nodes)
-    if config.recipe == "ur2":
-        raise ValueError("UR² runs as two verl runs, one per stage: prepare_ur2_stage")
-    agents = {"train": search_agent(config), "dev": AGENT_NAME}
-    files = {split: export_parquet(load_qa(Path(config.world_dir) / f"{split}.jsonl"),
-                                   out_dir / f"{split}.parquet", split, search_agent=agent)
-             for split, agent in agents.items()}
-    reward = search_r1_reward(config)
-    files["agent_loop"] = agent_loop_file(out_dir / "agent_loops.yaml", config, retriever_url,
-                                          reward)
-    hydra_overrides = as_overrides(override_values(config, model_path, files, gpus=gpus,
-                                                   nodes=nodes, reward=reward))
+    if run.check_server is not None:
+        run.check_server(retriever_url)
+    run_dir = out_dir if run.part is None else out_dir / run.part
+    world = Path(config.world_dir)
+    records = load_qa(world / "train.jsonl") if run.records is None else run.records
+    files = {"train": export_parquet(records, run_dir / "train.parquet", "train",
+                                     retrieval=run.retrieval, search_prompt=run.search_prompt,
+                                     search_agent=search_agent(run)),
+             "dev": export_parquet(load_qa(world / "dev.jsonl"), run_dir / "dev.parquet", "dev",
+                                   search_prompt=run.search_prompt),
+             "agent_loop": agent_loop_file(run_dir / "agent_loops.yaml", config, retriever_url,
+                                           run.search_loop)}
+    hydra_overrides = as_overrides(override_values(config, run, model_path, files, gpus=gpus,
+                                                   nodes=nodes))
     return hydra_overrides, compose(hydra_overrides)
 
 
@@ -395,7 +326,9 @@ def shown(hydra_overrides: Sequence[str]) -> str:
 
 
 def plugin_modules(hydra_overrides: Sequence[str]) -> str:
-    """The modules verl imports at start-up: the plugin, and REX-RAG's trainer for a run
-    that selects it."""
-    rex = f"trainer.v1.trainer_mode={REX_TRAINER_MODE}" in hydra_overrides
-    return REX_MODULES if rex else PLUGIN
+    """The modules verl imports at start-up: the plugin, or those a run's trainer names
+    (``trainer_values``)."""
+    named = [o.split("=", 1)[1] for o in hydra_overrides if o.startswith(f"{MODULES_OVERRIDE}=")]
+    if not named:
+        return PLUGIN
+    return json.loads(named[-1]) if named[-1].startswith('"') else named[-1]

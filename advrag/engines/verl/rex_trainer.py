@@ -2,9 +2,9 @@
 
 Selected with ``trainer.v1.trainer_mode=advrag_rex_rag`` and loaded with
 ``VERL_USE_EXTERNAL_MODULES=advrag.engines.verl,advrag.engines.verl.rex_trainer``
-(``launch`` sets both for a config with ``exploration:``); its settings are the config's
-``advrag_rex`` section (``pool_size``, ``keep_ratio``, ``keep_ratio_weight``,
-``trajectory_filter``, ``correction``).
+(``launch`` sets both for a run whose recipe brings this trainer: ``recipes.rex_rag.verl``);
+its settings are the config's ``advrag_rex`` section, read whole as ``runs.RexTrainerSettings``
+(``pool_size``, ``keep_ratio``, ``keep_ratio_weight``, ``trajectory_filter``, ``correction``).
 
 The agent loop (``agent_loop.RexSearchAgentLoop``) returns each training episode and, when
 one opened, its probe as rows of the prompt's group, each with its own score, whether it
@@ -54,7 +54,7 @@ from advrag.core.rex_rag import (
     probes_to_keep,
     updated_keep_ratio,
 )
-from advrag.engines.verl.launch import REX_TRAINER_MODE
+from advrag.engines.verl.runs import REX_SECTION, REX_TRAINER_MODE, RexTrainerSettings
 
 STATE_FILE = "advrag_rex.json"
 """The keep ratio a run had reached, beside each verl checkpoint step."""
@@ -90,8 +90,8 @@ class Rewritten:
 
 
 def rewrite(rows: Rows, pool_ids: Sequence[Sequence[int]], *, keep_ratio: float,
-            settings: Any) -> Rewritten:
-    """Steps 1–4 of the module docstring on ``rows``; ``settings``: the ``advrag_rex`` section."""
+            settings: RexTrainerSettings) -> Rewritten:
+    """Steps 1–4 of the module docstring on ``rows``."""
     policy = [i for i, p in enumerate(rows.probes) if p is None and not rows.padding[i]]
     probes = [i for i, p in enumerate(rows.probes) if p is not None and not rows.padding[i]]
     if not policy:
@@ -117,8 +117,8 @@ def rewrite(rows: Rows, pool_ids: Sequence[Sequence[int]], *, keep_ratio: float,
                "rex/policy_accuracy": 1.0 - failure_rate, "rex/probe_accuracy": probe_accuracy}
     metrics |= {f"rex/ratio_{role}": value for role, value in ratios.items()}
     if probes:
-        keep_ratio = min(settings.keep_ratio, updated_keep_ratio(
-            keep_ratio, probe_accuracy, settings.keep_ratio_weight))
+        keep_ratio = updated_keep_ratio(keep_ratio, probe_accuracy, settings.keep_ratio_weight,
+                                        cap=settings.keep_ratio)
     return Rewritten(rows, rm_scores, left_out, metrics, keep_ratio)
 
 
@@ -203,7 +203,7 @@ def read_rows(data: TensorDict, tags: Sequence[dict]) -> Rows:
 
 
 def rewrite_batch(batch: Any, pool_ids: Sequence[Sequence[int]], *, keep_ratio: float,
-                  settings: Any) -> Rewritten:
+                  settings: RexTrainerSettings) -> Rewritten:
     """``rewrite`` on a batch held in verl's TransferQueue (a ``KVBatchMeta``): read, rewrite,
     write back the old log-probs, masks, rewards and groups; left-out rows tagged padding."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=READ)
@@ -239,7 +239,7 @@ class RexRagTrainer(PPOTrainerSync):
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         """verl's old log-probs, then the filter and the correction (``rewrite_batch``)."""
         batch = super()._compute_old_log_prob(batch, metrics)
-        settings = self.config.advrag_rex
+        settings = RexTrainerSettings.read(self.config[REX_SECTION])
         if not hasattr(self, "keep_ratio"):
             self.keep_ratio = float(settings.keep_ratio)
         if not hasattr(self, "pool_ids"):

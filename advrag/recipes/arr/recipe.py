@@ -44,6 +44,8 @@ class ArrRecipe(Recipe):
     config_model = ArrConfig
     default_config = "configs/arr.yaml"
     aliases = ("adversarial-rl",)
+    verl_refusal = ("each step trains a reasoner and a verifier on one dialogue, and verl's "
+                    "trainer holds one policy")
 
     def __init__(self, config: ArrConfig):
         super().__init__(config)

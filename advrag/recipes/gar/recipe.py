@@ -36,6 +36,8 @@ class GarRecipe(Recipe):
 
     name = "gar"
     agents = ("reasoner", "discriminator")  # with discriminator: trainable; else the reasoner alone
+    verl_refusal = ("each step trains a reasoner and a discriminator on each other's "
+                    "outputs, and verl's trainer holds one policy")
     reward_terms = {"R_m": "reasoner/answer_score", "R_s": "reasoner/slice_score",
                     "R_d": "discriminator/R_d", "R_a": "discriminator/R_a"}
     config: GarConfig

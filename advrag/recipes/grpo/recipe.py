@@ -37,12 +37,24 @@ class GrpoRecipe(Recipe):
     config_model = GrpoConfig
     default_config = "configs/train.yaml"
     aliases = ("train",)
+    verl_refusal = None
     exploration_state = None  # REX-RAG's ExplorationState, once it explores
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
         """Grounded think → search → … → answer trajectories from the world's hop chains."""
         return search_demonstrations(self.config, records, retriever, chat_prompt)
+
+    def verl_runs(self) -> list:
+        """One verl run on the world's training questions with the Search-R1 reward; with
+        ``exploration``, REX-RAG's loop and trainer (``recipes.rex_rag.verl``)."""
+        from advrag.engines.verl.runs import VerlRun
+        from advrag.recipes.grpo.verl import search_r1_reward
+        from advrag.recipes.rex_rag.verl import verl_exploration
+
+        c, reward = self.config, search_r1_reward(self.config)
+        return [VerlRun(experiment=self.name, steps=c.steps, reward=reward,
+                        **verl_exploration(c.exploration, reward, c.optim.seed))]
 
     def episode_shape(self, max_turns: int) -> EpisodeShape:
         """The Search-R1 episode; with REX-RAG's probes, one generation more (a probe goes on

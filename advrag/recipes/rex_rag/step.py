@@ -93,8 +93,9 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
     metrics = exploration_metrics(correct, n, rows, state.keep_ratio, correction)
     metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
     if len(correct) > n:
-        state.keep_ratio = min(exploration.keep_ratio, updated_keep_ratio(
-            state.keep_ratio, metrics["rex/probe_accuracy"], exploration.keep_ratio_weight))
+        state.keep_ratio = updated_keep_ratio(state.keep_ratio, metrics["rex/probe_accuracy"],
+                                              exploration.keep_ratio_weight,
+                                              cap=exploration.keep_ratio)
     seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
                "update_s": timer() - scored}
     return (rollout_metrics(trajectories[:n], scores[:n], [r.id for r in repeated])

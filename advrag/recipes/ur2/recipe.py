@@ -150,6 +150,28 @@ class UR2Recipe(GrpoRecipe):
         return metrics | {f"ur2/{k}": v / n for k, v in tally.items()} | summaries | {
             "ur2/stage": float(stage), "uncurated_pool": float(not self.pools.get(stage))}
 
+    def verl_runs(self) -> list:
+        """One verl run a stage (``recipes.ur2.verl``): on its pool (all the training questions
+        while curation has not run or left it empty), prompted by task mixing, with UR²'s
+        reward of the stage; with ``exploration``, REX-RAG's loop and trainer."""
+        from functools import partial
+
+        from advrag.engines.verl.runs import VerlRun
+        from advrag.recipes.rex_rag.verl import verl_exploration
+        from advrag.recipes.ur2.verl import require_summaries, stage_reward, stage_steps
+
+        c, runs = self.config, []
+        for stage, steps in stage_steps(c).items():
+            records = self.pools.get(stage) or self.training_questions()
+            reward = stage_reward(c, stage)
+            runs.append(VerlRun(
+                experiment=f"ur2-stage-{stage}", steps=steps, reward=reward,
+                part=f"stage-{stage}", records=records,
+                retrieval=[self.retrieval_prompt(r, stage) for r in records],
+                search_prompt=self.search_prompt(), check_server=partial(require_summaries, c),
+                **verl_exploration(c.exploration, reward, c.optim.seed)))
+        return runs
+
     def retrieval_prompt(self, record: QARecord, stage: int) -> bool:
         """Whether ``record`` is asked to search in ``stage`` (``gets_retrieval_prompt``)."""
         return gets_retrieval_prompt(record, stage, task_mixing=self.config.task_mixing)
