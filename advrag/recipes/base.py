@@ -118,11 +118,9 @@ class Recipe(ABC):
 
     def refuse_verl(self) -> None:
         """Refuse (``ValueError``) ``--engine verl`` for a recipe without verl runs, saying why."""
-        from advrag.recipes import RECIPES  # the table imports this module
-
         if self.verl_refusal is None:
             return
-        *most, last = sorted(n for n, r in RECIPES.items() if r.verl_refusal is None)
+        *most, last = sorted({r.name for r in named_recipes() if r.verl_refusal is None})
         carried = f"{', '.join(most)} and {last}" if most else last
         raise ValueError(f"--engine verl runs recipes {carried} for now; {self.name!r}: "
                          f"{self.verl_refusal} (docs/verl.md): run it locally")
@@ -301,6 +299,19 @@ class Recipe(ABC):
         """Where agent ``agent``'s registered model lies in the run's artifacts."""
         return "checkpoint" if len(self.agents) == 1 else f"model/{agent}"
 
+
+
+def named_recipes() -> list[type[Recipe]]:
+    """Every recipe class defined so far that names itself (``RECIPES``' entries, imported with
+    ``advrag.recipes``; a shared base such as ``SearchAgentRecipe`` names none). Read through
+    the class tree, as the table imports this module."""
+    found, todo = [], [Recipe]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if "name" in vars(cls):
+            found.append(cls)
+    return found
 
 def trainable_policy(model_spec: str, config: RLRunConfig, *, keep_reference: bool,
                      sequences: int):

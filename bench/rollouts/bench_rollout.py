@@ -88,7 +88,8 @@ def build(mode: str, args):
 def grpo_steps(trainer, generator, retriever, records, args) -> list[dict[str, float]]:
     """``args.grpo_steps`` GRPO steps on consecutive slices of ``records``; their time splits."""
     from advrag.core.rewards import answer_reward
-    from advrag.recipes.grpo.step import grpo_step
+    from advrag.recipes.rollout import RolloutSettings
+    from advrag.recipes.search_agent.step import grpo_step
 
     def reward(trajectory, record) -> float:
         return answer_reward(trajectory.answer, record.golden_answers,
@@ -100,8 +101,8 @@ def grpo_steps(trainer, generator, retriever, records, args) -> list[dict[str, f
         chunk = records[step * per_step:(step + 1) * per_step]
         metrics = grpo_step(trainer, generator, retriever, chunk, group_size=GROUP_SIZE,
                             reward_fn=reward,
-                            rollout_kwargs={"max_turns": args.max_turns, "topk": 3,
-                                            "max_new_tokens": args.max_new_tokens})
+                            settings=RolloutSettings(max_turns=args.max_turns, topk=3,
+                                                     max_new_tokens=args.max_new_tokens))
         rows.append({k: metrics[k] for k in ("rollout_s", "score_s", "update_s")})
     return rows
 

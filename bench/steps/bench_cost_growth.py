@@ -55,7 +55,8 @@ def run_setting(setting: dict, args) -> dict:
     from advrag.engines.local.policy import LoraSettings, TrainablePolicy
     from advrag.engines.local.trainer import LocalTrainer, TrainConfig
     from advrag.models.loading import load_policy
-    from advrag.recipes.grpo.step import grpo_step
+    from advrag.recipes.rollout import RolloutSettings
+    from advrag.recipes.search_agent.step import grpo_step
     from advrag.retrieval.retriever import load_retriever
 
     loaded = load_policy(args.model, dtype="float32")
@@ -70,8 +71,8 @@ def run_setting(setting: dict, args) -> dict:
     retriever = load_retriever(args.index)
     records = load_qa(Path("data/world/train.jsonl"))
     per_step = setting["trajectories"] // setting["group_size"]
-    rollout_kwargs = {"max_turns": setting["max_turns"], "topk": 3,
-                      "max_new_tokens": setting["max_new_tokens"]}
+    settings = RolloutSettings(max_turns=setting["max_turns"], topk=3,
+                               max_new_tokens=setting["max_new_tokens"])
 
     def reward(trajectory, record) -> float:
         return answer_reward(trajectory.answer, record.golden_answers,
@@ -83,7 +84,7 @@ def run_setting(setting: dict, args) -> dict:
         started = time.perf_counter()
         metrics = grpo_step(trainer, generator, retriever, chunk,
                             group_size=setting["group_size"], reward_fn=reward,
-                            rollout_kwargs=rollout_kwargs)
+                            settings=settings)
         steps.append({"step_s": time.perf_counter() - started, "rollout_s": metrics["rollout_s"],
                       "update_s": metrics["update_s"], "tokens": metrics["tokens"],
                       "searches": metrics["searches"]})

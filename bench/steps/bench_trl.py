@@ -133,7 +133,7 @@ class OurSide:
         from advrag.agents.types import Trajectory
         from advrag.core.metrics import f1_score
         from advrag.engines.local.trainer import push_updated_weights
-        from advrag.recipes.grpo.step import score
+        from advrag.recipes.rollout import score
 
         started = time.perf_counter()
         self.trainer.policy.model.eval()

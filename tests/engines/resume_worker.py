@@ -30,7 +30,8 @@ from advrag.engines.local.generation import HFGenerator
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, seed_everything
 from advrag.models.loading import load_policy
-from advrag.recipes.grpo.step import grpo_step
+from advrag.recipes.rollout import RolloutSettings
+from advrag.recipes.search_agent.step import grpo_step
 
 CONFIG = TrainConfig(
     lr=1e-2,
@@ -43,7 +44,7 @@ CONFIG = TrainConfig(
     kl_coef=0.01,
     seed=7,
 )
-ROLLOUT = {"max_turns": 1, "max_new_tokens": 6, "topk": 1}
+ROLLOUT = RolloutSettings(max_turns=1, max_new_tokens=6, topk=1)
 GROUP_SIZE = 2
 RECORDS_PER_STEP = 1
 CHECKPOINT_EVERY = 2
@@ -91,7 +92,7 @@ def run(
         step_records = [records[(position + i) % len(records)] for i in range(RECORDS_PER_STEP)]
         step_metrics = grpo_step(
             trainer, generator, OnePassage(), step_records, group_size=GROUP_SIZE, reward_fn=reward,
-            rollout_kwargs=ROLLOUT
+            settings=ROLLOUT
         )
         metrics[trainer.step] = {k: v for k, v in step_metrics.items() if k not in TIMING_METRICS}
         position += RECORDS_PER_STEP

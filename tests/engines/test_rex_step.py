@@ -15,6 +15,7 @@ from advrag.engines.local.trainer import LocalTrainer, TrainConfig
 from advrag.models.loading import load_policy
 from advrag.recipes.rex_rag import RexExploration
 from advrag.recipes.rex_rag.step import ExplorationState, rex_step
+from advrag.recipes.rollout import RolloutSettings
 
 RECORDS = [QARecord("q1", "Who is A?", ["A"], {"type": "single", "hops": 1}),
            QARecord("q2", "Who is B?", ["B"], {"type": "compositional", "hops": 2})]
@@ -66,7 +67,7 @@ def _step(trainer, *, stubborn=False, **settings):
                        group_size=3, reward_fn=reward,
                        full_marks=lambda answer, record: answer == record.golden_answers[0],
                        exploration=exploration, state=state, seed=0,
-                       rollout_kwargs={"max_turns": 2, "max_new_tokens": 16})
+                       settings=RolloutSettings(max_turns=2, max_new_tokens=16))
     return metrics, state
 
 

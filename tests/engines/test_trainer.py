@@ -15,7 +15,8 @@ from advrag.datasets.records import QARecord
 from advrag.engines.local.policy import LoraSettings, TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig, UpdateInputs, lr_multiplier
 from advrag.models.loading import load_policy
-from advrag.recipes.grpo.step import grpo_step
+from advrag.recipes.rollout import RolloutSettings
+from advrag.recipes.search_agent.step import grpo_step
 
 CONFIG = {
     "lr": 1e-2,
@@ -265,7 +266,7 @@ def test_grpo_step_groups_rollouts_by_record_and_scores_each(tiny_policy_dir):
         records,
         group_size=3,
         reward_fn=reward,
-        rollout_kwargs={"max_turns": 1},
+        settings=RolloutSettings(max_turns=1),
     )
     assert calls == [("q1", True)] * 3 + [("q2", True)] * 3
     assert metrics["reward_mean"] == 0.5 and metrics["answered_fraction"] == 1.0

@@ -343,7 +343,8 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
     from advrag.datasets.loaders import load_qa
     from advrag.engines.vllm.generation import VLLMGenerator
     from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
-    from advrag.recipes.grpo.step import grpo_step
+    from advrag.recipes.rollout import RolloutSettings
+    from advrag.recipes.search_agent.step import grpo_step
     from advrag.retrieval.retriever import load_retriever
 
     config = GrpoConfig(
@@ -360,7 +361,7 @@ def test_train_rollouts_on_vllm_sample_each_updated_policy(model_dir, small_worl
     grpo_step(trainer, generator, load_retriever(small_index_dir),
               load_qa(small_world_dir / "train.jsonl", limit=2), group_size=config.group_size,
               reward_fn=lambda trajectory, _: float(len(trajectory.policy_text()) % 3),
-              rollout_kwargs={"max_turns": 1, "max_new_tokens": 8, "topk": 1})
+              settings=RolloutSettings(max_turns=1, max_new_tokens=8, topk=1))
     updated = hf_greedy(trainer.policy.model, trainer.tokenizer)
     assert updated != base  # the update changed greedy text, so the equality below means something
     generator.temperature = 0.0  # greedy, to compare with transformers on the same weights

@@ -139,8 +139,8 @@ def test_verls_reward_loop_worker_scores_an_episode_as_the_local_engine(tmp_path
     from transformers import AutoTokenizer
     from verl import DataProto
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+    from verl_stand_in import prepare
 
-    from advrag.engines.verl.launch import prepare
     from advrag.recipes import recipe_for
 
     grpo = recipe_for(Path(__file__).resolve().parents[2] / "configs" / "train.yaml", {"world_dir": str(small_world_dir)}).config

@@ -11,7 +11,7 @@ from pathlib import Path
 from fakes import ScriptedGenerator
 
 from advrag.agents.types import Trajectory
-from advrag.recipes.grpo.step import rollout, rollout_metrics, score
+from advrag.recipes.rollout import rollout, rollout_metrics, score
 from advrag.recipes.ur2 import UR2Config, UR2Recipe
 from advrag.retrieval.summary import SUMMARY_FALLBACK_MESSAGE, make_summariser
 
@@ -81,7 +81,7 @@ def dry_step(recipe: UR2Recipe, retriever, records) -> DryStep:
     """``recipe.step`` on ``records`` with grpo's rollout and scoring and no weight update."""
     out = DryStep(metrics={})
 
-    def update(retriever, records, reward, *, agent=None, rollout_kwargs=None):
+    def update(retriever, records, reward, *, agent=None, settings=None):
         trajectories, repeated = rollout(records, recipe.generators["reasoner"], retriever,
                                          group_size=recipe.config.group_size, agent=agent)
         scores = score(trajectories, repeated, reward)

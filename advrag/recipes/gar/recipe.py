@@ -65,7 +65,7 @@ class GarRecipe(Recipe):
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
         """The reasoner's warm-up: grounded Search-R1 demonstrations (as ``grpo``)."""
-        from advrag.recipes.grpo.recipe import search_demonstrations
+        from advrag.recipes.rollout import search_demonstrations
 
         return search_demonstrations(self.config, records, retriever, chat_prompt)
 

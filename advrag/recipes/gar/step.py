@@ -53,7 +53,7 @@ from advrag.curation.slicing import slices_with_evidence
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.gar.config import GarConfig
-from advrag.recipes.grpo.step import rollout, rollout_metrics
+from advrag.recipes.rollout import RolloutSettings, rollout, rollout_metrics
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,7 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     reasoner.policy.model.eval()
     trajectories, repeated = rollout(
         records, generators["reasoner"], retriever, group_size=config.group_size,
-        rollout_kwargs={"max_turns": config.max_turns, "topk": config.topk,
-                        "max_new_tokens": config.max_new_tokens})
+        settings=RolloutSettings.of(config))
     metric = ANSWER_METRICS[config.reward_metric]
     answer_scores = [metric(t.answer, r.golden_answers) if t.answer else 0.0
                      for t, r in zip(trajectories, repeated)]

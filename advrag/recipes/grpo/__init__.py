@@ -1,8 +1,7 @@
 """Recipe ``grpo``: GRPO (or REINFORCE++/Dr.GRPO) on one Search-R1-style agent.
 
-``recipe``: the recipe class (how it departs from its paper is in its docstring); ``step``:
-one update (rollout → score → update; imports torch, so loaded on first use); ``config``:
-its settings.
+``recipe``: the recipe class (the agent and its update are ``recipes.search_agent``'s);
+``config``: its settings; ``verl``: its reward on verl.
 """
 
 from advrag.recipes.grpo.config import GrpoConfig

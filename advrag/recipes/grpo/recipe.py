@@ -1,49 +1,21 @@
-"""Recipe ``grpo``: one Search-R1-style agent trained with GRPO (or REINFORCE++, Dr.GRPO).
-
-Each update samples ``group_size`` trajectories per question (retrieved
-tokens masked), rewards each with the F1 or EM of its final ``<answer>`` minus a
-format penalty (``core.rewards.answer_reward``), turns the rewards into token
-advantages with the estimator ``optim.advantage`` names
-(``core.advantages.ADVANTAGE_ESTIMATORS``) and takes a PPO-clip step. The
-warm-up trains on grounded Search-R1 demonstrations (``curation.demonstrations``).
-
-With ``exploration: {kind: rex}`` the update is REX-RAG's (``recipes.rex_rag.step``):
-probes reopen answers below full marks, a filter keeps the likeliest, and the ratio is
-corrected for their off-policy tokens.
-"""
+"""Recipe ``grpo``: one Search-R1-style agent trained with GRPO (or REINFORCE++, Dr.GRPO) on the
+world's training questions, the Search-R1 reward (F1 or EM of the final answer minus a format
+penalty). The agent, its update and REX-RAG's exploration are ``recipes.search_agent``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
-
-from advrag.agents.budgets import EpisodeShape
-from advrag.agents.prompts import exploration_pool, probe_observation
-from advrag.agents.types import Trajectory
-from advrag.common.types import Retriever
-from advrag.core.rewards import answer_reward
-from advrag.core.rewards import full_marks as earns_full_marks
-from advrag.datasets.records import QARecord
-from advrag.recipes.base import Recipe, trainable_policy
 from advrag.recipes.grpo.config import GrpoConfig
+from advrag.recipes.search_agent.recipe import SearchAgentRecipe
 
 
-class GrpoRecipe(Recipe):
+class GrpoRecipe(SearchAgentRecipe):
     """Single-agent GRPO on the search loop."""
 
     name = "grpo"
-    agents = ("reasoner",)
     config: GrpoConfig
     config_model = GrpoConfig
     default_config = "configs/train.yaml"
     aliases = ("train",)
-    verl_refusal = None
-    exploration_state = None  # REX-RAG's ExplorationState, once it explores
-
-    def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
-                       chat_prompt) -> list[Trajectory]:
-        """Grounded think → search → … → answer trajectories from the world's hop chains."""
-        return search_demonstrations(self.config, records, retriever, chat_prompt)
 
     def verl_runs(self) -> list:
         """One verl run on the world's training questions with the Search-R1 reward; with
@@ -55,121 +27,3 @@ class GrpoRecipe(Recipe):
         c, reward = self.config, search_r1_reward(self.config)
         return [VerlRun(experiment=self.name, steps=c.steps, reward=reward,
                         **verl_exploration(c.exploration, reward, c.optim.seed))]
-
-    def episode_shape(self, max_turns: int) -> EpisodeShape:
-        """The Search-R1 episode; with REX-RAG's probes, one generation more (a probe goes on
-        from its cut answer turn) and the longest exploration prompt it inserts."""
-        shape = super().episode_shape(max_turns)
-        if self.config.exploration is None:
-            return shape
-        longest = max(exploration_pool(self.config.exploration.pool_size), key=len)
-        return EpisodeShape(shape.generations + 1, shape.searches,
-                            (*shape.extra_env, probe_observation(longest)))
-
-    def build(self, start_model: str) -> None:
-        """The policy (LoRA or full), its trainer and the rollout generator.
-
-        The generator (``rollout_backend``) samples the policy's current weights in
-        the dtype they are trained in (bf16 on native-bf16 CPUs when ``cpu_bf16``;
-        then from a bf16 copy pushed after every update).
-        """
-        from advrag.engines.generators import make_generator
-        from advrag.engines.local.dual import AgentTrainers
-        from advrag.engines.local.trainer import LocalTrainer, seed_everything
-        from advrag.models.loading import resolve_model_dir
-
-        c = self.config
-        seed_everything(c.optim.seed)  # adapter initialisation draws random numbers
-        policy, tokenizer = trainable_policy(start_model, c, keep_reference=c.optim.kl_coef > 0,
-                                             sequences=self.trained_sequences())
-        self.trainers = AgentTrainers({"reasoner": LocalTrainer(policy, tokenizer, c.optim)})
-        self.generators = {"reasoner": make_generator(
-            c.rollout_backend, policy.model, tokenizer, resolve_model_dir(start_model),
-            temperature=c.temperature, batch_size=64, autocast=policy.autocast,
-            seed=c.optim.seed,
-            **self.engine_options())}
-
-    def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
-        """One GRPO update: rollout → score → advantages → loss → step."""
-        c = self.config
-
-        def reward(trajectory, record: QARecord) -> float:
-            return answer_reward(trajectory.answer, record.golden_answers,
-                                 format_errors=trajectory.format_errors,
-                                 metric=c.reward_metric, format_penalty=c.format_penalty)
-
-        return self.update(retriever, records, reward,
-                           rollout_kwargs={"max_turns": c.max_turns, "topk": c.topk,
-                                           "max_new_tokens": c.max_new_tokens})
-
-    def update(self, retriever: Retriever, records: Sequence[QARecord],
-               reward: Callable[[Trajectory, QARecord], float], *,
-               rollout_kwargs: dict | None = None, agent: Callable | None = None
-               ) -> dict[str, float]:
-        """The reasoner's update: ``grpo_step``, or REX-RAG's ``rex_step`` with ``exploration``.
-
-        ``agent(records, prober=None)`` replaces the Search-R1 loop.
-        """
-        from advrag.recipes.grpo.step import grpo_step
-        from advrag.recipes.rex_rag.step import ExplorationState, rex_step
-
-        c = self.config
-        trainer, generator = self.trainers["reasoner"], self.generators["reasoner"]
-        if c.exploration is None:
-            return grpo_step(trainer, generator, retriever, records, group_size=c.group_size,
-                             reward_fn=reward, rollout_kwargs=rollout_kwargs, agent=agent)
-        if self.exploration_state is None:
-            self.exploration_state = ExplorationState(c.exploration.keep_ratio)
-        probing = None if agent is None else (lambda recs, prober: agent(recs, prober=prober))
-        return rex_step(trainer, generator, retriever, records, group_size=c.group_size,
-                        reward_fn=reward, full_marks=self.full_marks, exploration=c.exploration,
-                        state=self.exploration_state, seed=c.optim.seed,
-                        rollout_kwargs=rollout_kwargs, agent=probing)
-
-    def full_marks(self, answer: str | None, record: QARecord) -> bool:
-        """The answer scores 1 under ``reward_metric``: correct, never probed by REX-RAG."""
-        return earns_full_marks(answer, record.golden_answers, self.config.reward_metric)
-
-    def run_state(self) -> dict[str, Any]:
-        """REX-RAG's keep ratio, when it explores."""
-        state = getattr(self, "exploration_state", None)
-        return {} if state is None else {"keep_ratio": state.keep_ratio}
-
-    def restore_run_state(self, state: dict[str, Any]) -> None:
-        """The keep ratio the run had reached."""
-        from advrag.recipes.rex_rag.step import ExplorationState
-
-        if "keep_ratio" in state:
-            self.exploration_state = ExplorationState(float(state["keep_ratio"]))
-
-    def describe(self, metrics: dict[str, float]) -> str:
-        """Reward, loss, seconds of one update; with REX-RAG the probes opened and kept."""
-        seconds = metrics["rollout_s"] + metrics["score_s"] + metrics["update_s"]
-        probes = ("" if "rex/probes_opened" not in metrics else
-                  f", probes {metrics['rex/probes_opened']:.0f} opened / "
-                  f"{metrics['rex/probes_kept']:.0f} kept")
-        return (f"reward {metrics['reward_mean']:.3f}, loss {metrics['loss']:.4f}{probes}, "
-                f"{seconds:.0f} s")
-
-    def registry_names(self) -> dict[str, str]:
-        """The trained agent's registered model."""
-        return {"reasoner": self.config.registered_model}
-
-    def figures(self, history: list[dict[str, float]]) -> dict:
-        """The mean reward (± std) per update; with REX-RAG also F1 and searches per question
-        type over training."""
-        from advrag.evaluation.reports import reward_curve, training_by_type
-
-        figures = {"reward_curve.png": reward_curve(history)}
-        if self.config.exploration is not None:
-            figures["training_by_type.png"] = training_by_type(history)
-        return figures
-
-
-def search_demonstrations(config, records: Sequence[QARecord], retriever: Retriever,
-                          chat_prompt) -> list[Trajectory]:
-    """The Search-R1 warm-up set of a single-reasoner config (``topk``, ``max_turns``, ``warmup``)."""
-    from advrag.curation.demonstrations import build_demonstrations
-
-    return build_demonstrations(records, retriever, chat_prompt, topk=config.topk,
-                                max_turns=config.max_turns, limit=config.warmup.demonstrations)

@@ -36,9 +36,9 @@ from advrag.core.metrics import f1_score
 from advrag.core.rex_rag import probe_ranking, probes_to_keep, updated_keep_ratio
 from advrag.datasets.records import QARecord, question_kind
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
-from advrag.recipes.grpo.step import RewardFn, rollout_metrics, score
 from advrag.recipes.rex_rag.config import RexExploration
 from advrag.recipes.rex_rag.correction import Correction, token_roles
+from advrag.recipes.rollout import RewardFn, RolloutSettings, rollout_metrics, score
 
 FullMarks = Callable[[str | None, QARecord], bool]
 """``(answer, record) → whether the answer earns full marks`` (correct; never probed)."""
@@ -56,11 +56,11 @@ class ExplorationState:
 def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriever,
              records: Sequence[QARecord], *, group_size: int, reward_fn: RewardFn,
              full_marks: FullMarks, exploration: RexExploration, state: ExplorationState,
-             seed: int, rollout_kwargs: dict | None = None,
+             seed: int, settings: RolloutSettings = RolloutSettings(),
              agent: ProbingAgent | None = None) -> dict[str, float]:
     """Rollout with probes → score → filter → corrected update; returns all metrics.
 
-    ``agent`` replaces the Search-R1 loop (``rollout_kwargs`` then go unused); ``seed`` and
+    ``agent`` replaces the Search-R1 loop (``settings`` then go unused); ``seed`` and
     the trainer's step seed the probes' draws.
     """
     timer = time.perf_counter
@@ -72,7 +72,7 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
                     lambda i, answer: not full_marks(answer, repeated[i]),
                     random.Random(f"rex:{seed}:{trainer.step}"))
     trajectories = rollout_with_probes(repeated, prober, generator, retriever,
-                                       rollout_kwargs, agent)
+                                       settings, agent)
     answered = repeated + [repeated[t.probe.origin] for t in trajectories[n:]]
     rolled = timer()
     scores = score(trajectories, answered, reward_fn)
@@ -104,13 +104,13 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
 
 
 def rollout_with_probes(repeated: Sequence[QARecord], prober: Prober, generator: TextGenerator,
-                        retriever: Retriever, rollout_kwargs: dict | None,
+                        retriever: Retriever, settings: RolloutSettings,
                         agent: ProbingAgent | None) -> list[Trajectory]:
     """One episode per record (the Search-R1 loop unless ``agent``), then the probes opened."""
     if agent is not None:
         return agent(repeated, prober)
     return run_search_agent([r.question for r in repeated], generator, retriever,
-                            prober=prober, **(rollout_kwargs or {}))
+                            prober=prober, **settings.search_options())
 
 
 def exploration_metrics(correct: Sequence[bool], policy_count: int, rows: Sequence[int],

@@ -1,4 +1,4 @@
-"""The ``ur2`` recipe's settings: ``grpo``'s, plus curation (``CurateSection``), the two
+"""The ``ur2`` recipe's settings: the single search agent's (``recipes.search_agent``), plus curation (``CurateSection``), the two
 stages, summaries and task mixing (UR² §3)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from advrag.config.base import Strict
 from advrag.config.engine import TrainConfig
 from advrag.config.flows import SummaryConfig
-from advrag.recipes.grpo.config import GrpoConfig
+from advrag.recipes.search_agent.config import SearchAgentConfig
 
 
 class CurateSection(Strict):
@@ -50,7 +50,7 @@ class CurateSection(Strict):
         return self
 
 
-class UR2Config(GrpoConfig):
+class UR2Config(SearchAgentConfig):
     """`advrag rl` with ``recipe: ur2``: curation → stage 1 → stage 2 (UR² §3).
 
     Stage 1 trains on the reasoning-only questions the policy never solves (App. C.5),

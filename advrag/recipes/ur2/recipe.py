@@ -45,18 +45,18 @@ from advrag.core.rewards import ANSWER_METRICS, ur2_reward
 from advrag.curation.mixing import gets_retrieval_prompt, stage1_pool
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import batch_for_step
-from advrag.recipes.grpo.recipe import GrpoRecipe
+from advrag.recipes.search_agent.recipe import SearchAgentRecipe
 from advrag.recipes.ur2.config import UR2Config
 
 
-class UR2Recipe(GrpoRecipe):
-    """Two-stage GRPO/REINFORCE++ on curated questions; ``grpo``'s agent under UR²'s prompt."""
+class UR2Recipe(SearchAgentRecipe):
+    """Two-stage GRPO/REINFORCE++ on curated questions; the single search agent
+    (``recipes.search_agent``) under UR²'s prompt."""
 
     name = "ur2"
     config: UR2Config
     config_model = UR2Config
     default_config = "configs/ur2.yaml"
-    aliases = ()  # `advrag train` is grpo's
 
     def __init__(self, config: UR2Config):
         super().__init__(config)
@@ -65,7 +65,7 @@ class UR2Recipe(GrpoRecipe):
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
-        """``grpo``'s grounded demonstrations, under UR²'s search prompt (its rollouts')."""
+        """The search agent's grounded demonstrations, under UR²'s search prompt (its rollouts')."""
         from advrag.curation.demonstrations import build_demonstrations
 
         c = self.config
@@ -74,7 +74,7 @@ class UR2Recipe(GrpoRecipe):
                                     prompt=self.search_prompt())
 
     def warmup_settings(self) -> dict:
-        """``grpo``'s, plus the prompt the demonstrations show: a warm-up made under another
+        """The search agent's, plus the prompt the demonstrations show: a warm-up made under another
         prompt (Search-R1's, before UR² had its own) is refused, not reused."""
         return super().warmup_settings() | {"prompt": self.search_prompt()("{question}")}
 
@@ -87,7 +87,7 @@ class UR2Recipe(GrpoRecipe):
         return (self.search_prompt()(question),)
 
     def build(self, start_model: str) -> None:
-        """The agent as in ``grpo``, plus the summariser (a frozen model) when ``summarise``."""
+        """The search agent, plus the summariser (a frozen model) when ``summarise``."""
         from advrag.retrieval.summary import make_summariser
 
         super().build(start_model)
