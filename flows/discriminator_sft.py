@@ -18,8 +18,9 @@ from __future__ import annotations
 from prefect import flow
 
 from advrag.common.locks import exclusive
-from advrag.config import DiscriminatorSFTConfig, config_hash
+from advrag.config import config_hash
 from advrag.evaluation.reports import auroc_text
+from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import data, tracking
 from advrag.tasks import discriminator as steps
 

@@ -22,7 +22,6 @@ from advrag.common.locks import exclusive
 from advrag.config import (
     ConfigError,
     DataConfig,
-    DiscriminatorSFTConfig,
     PipelineConfig,
     config_hash,
     load_config,
@@ -32,6 +31,7 @@ from advrag.flows.promotion import paired_gate, promotion_gate
 from advrag.flows.rl import run_recipe
 from advrag.recipes import recipe_for
 from advrag.recipes.base import Recipe
+from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import curation, rl, tracking
 from advrag.tasks import pipeline as stages
 from advrag.tasks import promotion as promo

@@ -9,8 +9,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from advrag.common import console
-from advrag.config import DiscriminatorSFTConfig
 from advrag.datasets.records import QARecord
+from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import tracking
 
 ADAPTER = "discriminator"

@@ -3,6 +3,7 @@ with its errors, overrides, the device check, the config kinds, and `main`."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,10 +71,13 @@ def prefect_start_fix() -> str:
 CONFIG_HELP = "YAML config file (see configs/); defaults are the CPU demo recipe."
 
 
-FLOW_KINDS = {"demo": "DemoConfig", "benchmark": "BenchmarkConfig", "pipeline": "PipelineConfig",
-              "nightly": "PipelineConfig", "discriminator": "DiscriminatorSFTConfig"}
-"""Config kinds of the flows that are not RL recipes; each recipe's name and aliases are kinds
-too (``advrag.recipes.RECIPES``)."""
+FLOW_KINDS = {"demo": "advrag.config:DemoConfig", "benchmark": "advrag.config:BenchmarkConfig",
+              "pipeline": "advrag.config:PipelineConfig",
+              "nightly": "advrag.config:PipelineConfig",
+              "discriminator": "advrag.recipes.gar:DiscriminatorSFTConfig"}
+"""Config kinds of the flows that are not RL recipes (kind → ``module:class`` of its config;
+the discriminator's SFT config is the ``gar`` recipe's); each recipe's name and aliases are
+kinds too (``advrag.recipes.RECIPES``)."""
 
 SET_HELP = ("Override a setting, as `key.sub=value` (the value read as YAML), repeatable; "
             "validated like the file and part of the config hash.")
@@ -158,7 +162,8 @@ def config_model(kind: str) -> type:
         kinds = config_kinds()
         hint = config.did_you_mean(kind, kinds) or f"choose one of {', '.join(kinds)}"
         raise config.ConfigError(f"--kind: unknown kind {kind!r} — {hint}")
-    return getattr(config, FLOW_KINDS[kind])
+    module, name = FLOW_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
 def main() -> None:
     """The `advrag` command: re-executed once with tcmalloc preloaded where it is installed
     (``advrag.common.allocator``), then run. A bad ``$ADVRAG_ALLOCATOR``: its message, exit 2;

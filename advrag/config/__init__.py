@@ -21,7 +21,6 @@ from advrag.config.flows import (
     SummaryConfig,
     WorldSection,
 )
-from advrag.config.gar import DiscriminatorSFTConfig
 from advrag.config.loading import (
     ConfigError,
     did_you_mean,
@@ -34,7 +33,7 @@ from advrag.config.rl import RLRunConfig, WarmupSection
 
 __all__ = [
     "BenchmarkConfig", "ConfigError", "DataConfig", "DataFiles", "DemoConfig",
-    "DiscriminatorSFTConfig", "LoraSettings", "Method", "PipelineConfig", "OverridesOf",
+    "LoraSettings", "Method", "PipelineConfig", "OverridesOf",
     "PromotionSection", "RLRunConfig", "SFTConfig", "Strict", "SummaryConfig", "TrainConfig",
     "WarmupSection", "WorldSection",
     "config_hash", "did_you_mean", "load_config", "merged", "parse_overrides", "read_yaml_mapping",

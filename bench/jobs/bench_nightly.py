@@ -84,8 +84,9 @@ def relocated(config, work: Path, model: Path | None):
     checkpoints there too, and ``model`` (if given) as both files' model."""
     import yaml
 
-    from advrag.config import DiscriminatorSFTConfig, load_config
+    from advrag.config import load_config
     from advrag.recipes import recipe_for
+    from advrag.recipes.gar import DiscriminatorSFTConfig
 
     files = {"recipe": recipe_for(ROOT / config.recipe).config,
              "discriminator": load_config(ROOT / config.discriminator, DiscriminatorSFTConfig)}

@@ -21,7 +21,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from advrag.config import DiscriminatorSFTConfig, load_config
+from advrag.config import load_config
+from advrag.recipes.gar import DiscriminatorSFTConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from inputs import offline_world

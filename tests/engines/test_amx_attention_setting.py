@@ -3,9 +3,8 @@ and a policy with it off keeps SDPA attention while it trains (on any CPU)."""
 
 import pytest
 
-from advrag.config.gar import DiscriminatorSFTConfig
 from advrag.recipes.arr import ArrConfig, ArrRecipe
-from advrag.recipes.gar import GarConfig, GarRecipe
+from advrag.recipes.gar import DiscriminatorSFTConfig, GarConfig, GarRecipe
 from advrag.recipes.grpo import GrpoConfig, GrpoRecipe
 
 SMALL = dict(lora={"r": 4, "alpha": 8}, cpu_bf16=False, rollout_backend="hf", warmup=None,

@@ -14,8 +14,8 @@ import json
 import pytest
 from stand_in_http import QuietHandler, running_server
 
-from advrag.config import DiscriminatorSFTConfig
 from advrag.curation.gar_llm_judge import make_slice_judge
+from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import discriminator as steps
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from advrag.config import DiscriminatorSFTConfig
 from advrag.engines.local.dual import shared_lora_policies
 from advrag.engines.local.policy import ADAPTER_FILE
 from advrag.flows.discriminator_sft import discriminator_sft
 from advrag.models.loading import load_policy
 from advrag.ops import dataplane
+from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]

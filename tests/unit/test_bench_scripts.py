@@ -226,8 +226,8 @@ def test_the_gar_pipeline_seed_configs_change_only_seeds_and_names(tmp_path, mon
     on_path(monkeypatch, "learning")
     import bench_gar_pipeline
 
-    from advrag.config import DiscriminatorSFTConfig, PipelineConfig, load_config
-    from advrag.recipes.gar import GarConfig
+    from advrag.config import PipelineConfig, load_config
+    from advrag.recipes.gar import DiscriminatorSFTConfig, GarConfig
 
     configs = BENCH.parent / "configs"
     path = bench_gar_pipeline.seed_configs(configs / "pipeline.yaml", 3, tmp_path / "seed3")

@@ -11,14 +11,13 @@ from advrag.config import (
     BenchmarkConfig,
     ConfigError,
     DemoConfig,
-    DiscriminatorSFTConfig,
     PipelineConfig,
     Strict,
     did_you_mean,
     load_config,
 )
 from advrag.recipes.arr import ArrConfig
-from advrag.recipes.gar import GarConfig
+from advrag.recipes.gar import DiscriminatorSFTConfig, GarConfig
 from advrag.recipes.grpo import GrpoConfig
 from advrag.recipes.ur2 import UR2Config
 

@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from stand_in_http import QuietHandler, running_server
 
 from advrag.common.endpoint import EndpointUnavailableError, OpenAIChatGenerator
-from advrag.config import DiscriminatorSFTConfig
 from advrag.config.gar import JudgeSection
 from advrag.curation.gar_labels import SliceLabel, SliceQuery, sft_target
 from advrag.curation.gar_llm_judge import (
@@ -27,6 +26,7 @@ from advrag.curation.gar_llm_judge import (
     parse_judgment,
 )
 from advrag.datasets.records import QARecord
+from advrag.recipes.gar import DiscriminatorSFTConfig
 
 RECORD = QARecord(
     "q1", "What was the profession of the spouse of Ada Vell?", ["diplomat"],
