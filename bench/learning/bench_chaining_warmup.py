@@ -2,7 +2,7 @@
 
     python bench/learning/bench_chaining_warmup.py --variant lora|full [--demonstrations 256]
         [--every-three-hop] [--epochs 2] [--split dev] [--limit 100] [--rejection 4]
-        [--rejection-questions 200]
+        [--rejection-questions 200] [--score last] [--out FILE]
 
 The protocol is declared in docs/chaining-experiments.md before any run. Each stage writes
 under ``.cache/advrag/chaining/<variant>/`` and is skipped when its output is there, so a killed
@@ -17,11 +17,14 @@ run resumes at the stage it was in (an epoch restarts from the epoch before it):
    ``--rejection-questions`` chained training questions by the last epoch's model; the correct
    ones (EM 1, no format error, kept in ``rs<K>-kept.json``) are fine-tuned on for one more
    epoch (rejection sampling).
-3. Each snapshot (the base, every epoch, the rejection round) benchmarked on ``--split`` with
-   the Search-R1 agent (4 turns, 128 new tokens, greedy): EM/F1 per question kind with
+3. Each snapshot (the base, every epoch, the rejection round; with ``--score last`` only the
+   last one: the protocol scores the chosen snapshot alone on test) benchmarked on ``--split``
+   with the Search-R1 agent (4 turns, 128 new tokens, greedy): EM/F1 per question kind with
    bootstrap intervals, format errors, searches, hop recall, chaining rate, turns cut.
 
-Writes ``bench/results/chaining_warmup-<variant>[-3hop][-rs<K>]-<split>.json``.
+Writes ``bench/results/chaining_warmup-<variant>[-3hop][-rs<K>]-<split>.json``, or ``--out``
+(a snapshot retrained on another machine is scored into its own record, beside the one it was
+chosen by).
 """
 
 from __future__ import annotations
@@ -172,21 +175,28 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--rejection", type=int, default=0, help="K samples a question; 0: none")
     parser.add_argument("--rejection-questions", type=int, default=200)
+    parser.add_argument("--score", choices=["all", "last"], default="all",
+                        help="benchmark every snapshot, or the last one only")
+    parser.add_argument("--out", type=Path, default=None, help="the record to write "
+                        "(default bench/results/chaining_warmup-<arm>-<split>.json)")
     args = parser.parse_args()
     offline_world()
     config = run_config(args.variant, args.epochs)
     arm = args.variant + ("-3hop" if args.every_three_hop else "")
     work = ROOT / ".cache/advrag/chaining" / arm
     demos = demonstrations(config, args.demonstrations, args.every_three_hop)
-    snapshots, model = {"base": config.model}, config.model
+    snapshots, model, extra = {"base": config.model}, config.model, {}
     for epoch in range(args.epochs):
         model = str(finetune_once(config, model, demos, epoch, work / f"epoch-{epoch + 1}"))
         snapshots[f"epoch {epoch + 1}"] = model
     if args.rejection:
         kept = rejection_samples(config, model, args.rejection, args.rejection_questions,
                                  work / f"rs{args.rejection}-kept.json")
+        extra["rejection_kept"] = len(kept)
         snapshots[f"rejection round (k {args.rejection})"] = str(finetune_once(
             config, model, kept, args.epochs, work / f"rs{args.rejection}"))
+    if args.score == "last":
+        snapshots = dict([*snapshots.items()][-1:])
     results = {name: scored(path, config, args.split, args.limit,
                             (work.parent if name == "base" else Path(path))
                             / f"eval-{args.split}-{args.limit}.json")
@@ -198,9 +208,12 @@ def main() -> None:
                + f" --epochs {args.epochs} --split "
                f"{args.split} --limit {args.limit}"
                + (f" --rejection {args.rejection} --rejection-questions "
-                  f"{args.rejection_questions}" if args.rejection else ""))
-    write_report(ROOT / f"bench/results/chaining_warmup-{arm}{suffix}-{args.split}.json",
-                 {"command": command, "demonstrations": len(demos), "snapshots": results,
+                  f"{args.rejection_questions}" if args.rejection else "")
+               + (" --score last" if args.score == "last" else "")
+               + (f" --out {args.out}" if args.out else ""))
+    out = args.out or ROOT / f"bench/results/chaining_warmup-{arm}{suffix}-{args.split}.json"
+    write_report(out,
+                 {"command": command, "demonstrations": len(demos), **extra, "snapshots": results,
                   "sft": {name: json.loads((Path(p) / "done.json").read_text())
                           for name, p in snapshots.items() if name != "base"}})
 
