@@ -121,14 +121,12 @@ def agent_loop_file(path: Path, config: Any, retriever_url: str,
 
 def run_root(config: Any, run: VerlRun) -> Path:
     """verl's ``default_local_dir`` of ``run``: ``checkpoint_dir/verl[/<part>]``."""
-    root = Path(config.checkpoint_dir) / CHECKPOINTS
-    return root if run.part is None else root / run.part
+    return run.under(Path(config.checkpoint_dir) / CHECKPOINTS)
 
 
 def export_root(config: Any, run: VerlRun) -> Path:
     """Where ``run``'s newest checkpoint is merged: ``checkpoint_dir/verl-export[/<part>]``."""
-    root = Path(config.checkpoint_dir) / EXPORTS
-    return root if run.part is None else root / run.part
+    return run.under(Path(config.checkpoint_dir) / EXPORTS)
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:
@@ -283,7 +281,7 @@ def prepare(config: Any, run: VerlRun, out_dir: Path, *, model_path: str, retrie
     require_divisible(config, gpus * nodes)
     if run.check_server is not None:
         run.check_server(retriever_url)
-    run_dir = out_dir if run.part is None else out_dir / run.part
+    run_dir = run.under(out_dir)
     world = Path(config.world_dir)
     records = load_qa(world / "train.jsonl") if run.records is None else run.records
     files = {"train": export_parquet(records, run_dir / "train.parquet", "train",

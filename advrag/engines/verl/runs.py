@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from advrag.agents.prompts import search_r1_prompt
@@ -98,6 +99,10 @@ class VerlRun:
     search_loop: AgentLoop | None = None
     trainer: TrainerMode | None = None
     check_server: Callable[[str], None] | None = None
+
+    def under(self, root: Path) -> Path:
+        """``root/<part>``, or ``root`` itself for a recipe's only run."""
+        return root if self.part is None else root / self.part
 
     @property
     def tracked_as(self) -> str:
