@@ -1,13 +1,14 @@
 """REX-RAG learning evidence: REX-RAG vs GRPO from one start policy, same updates, several seeds.
 
     python bench/learning/bench_rex_rag.py [--config configs/rex-rag.yaml] [--seeds 0 1 2] \
-        [--steps 24] [--heldout 100]
+        [--steps 24] [--questions-per-step 2] [--heldout 100] [--start MODEL_DIR]
 
 The protocol (declared in docs/rex-rag-experiments.md before any run):
 
-1. **Start policy**: the config's SFT warm-up (four turns, so its demonstrations include
-   three-hop chains), trained once (by the first arm, ``rex`` of the first seed) and shared by
-   every arm and seed.
+1. **Start policy**: ``--start`` (a saved model, e.g. the chaining warm-up of
+   docs/chaining-experiments.md), or else the config's SFT warm-up (four turns, so its
+   demonstrations include three-hop chains), trained once (by the first arm, ``rex`` of the
+   first seed); either way shared by every arm and seed.
 2. **Two arms per seed**, the same ``--steps`` updates of the same questions per update:
    ``rex`` (the config: probes, filter, correction) and ``grpo`` (the config with
    ``exploration: null``). Only ``optim.seed`` changes between seeds.
@@ -53,9 +54,10 @@ CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
 
 
 def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) -> GrpoConfig:
-    """One arm of one seed: its checkpoints under ``root``, ``steps`` updates, no benchmark."""
+    """One arm of one seed: its checkpoints under ``root`` (at most 8 updates apart, so a killed
+    run loses little), ``steps`` updates, no benchmark."""
     update = {"checkpoint_dir": root / f"{arm}-seed{seed}", "steps": steps,
-              "checkpoint_every": max(steps // 3, 1), "evaluate": None,
+              "checkpoint_every": max(min(steps // 3, 8), 1), "evaluate": None,
               "experiment": "advrag-bench-rex-rag",
               "registered_model": f"advrag-bench-rex-rag-{arm}-seed{seed}",
               "optim": config.optim.model_copy(update={"seed": seed})}
@@ -91,21 +93,28 @@ def arm_result(args: argparse.Namespace, arm: str, seed: int) -> dict:
     when it exits; in one process they piled up) that writes that file."""
     done = args.cache_dir / f"{arm}-seed{seed}.json"
     if not done.is_file():
+        start = ["--start", str(args.start)] if args.start else []
         child_json([sys.executable, __file__, "--config", args.config, "--steps", str(args.steps),
+                    "--questions-per-step", str(args.questions_per_step), *start,
                     "--cache-dir", str(args.cache_dir), "--arm", arm, "--seeds", str(seed)])
     return json.loads(done.read_text())
 
 
 def train_one(args: argparse.Namespace, base: GrpoConfig) -> None:
-    """The child's work: train ``--arm`` for its seed from the shared warm-up, write its result."""
-    seed, first = args.seeds[0], args.cache_dir / "rex-seed0" / "warmup"
-    name = f"{args.arm}-seed{seed}"
+    """The child's work: train ``--arm`` for its seed from the shared start, write its result."""
+    seed, name = args.seeds[0], f"{args.arm}-seed{args.seeds[0]}"
     config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
-    result = train_arm(config, name, first if first.is_dir() else None)
+    start = start_policy(args)
+    result = train_arm(config, name, start if start.is_dir() else None)
     out = args.cache_dir / f"{name}.json"
     out.with_suffix(".tmp").write_text(json.dumps(result) + "\n")
     out.with_suffix(".tmp").replace(out)
     print(json.dumps({"arm": name, "steps_run": result["steps_run"]}))
+
+
+def start_policy(args: argparse.Namespace) -> Path:
+    """``--start``, or the warm-up the first arm trained (``rex-seed0/warmup``)."""
+    return args.start or args.cache_dir / "rex-seed0" / "warmup"
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
@@ -195,7 +204,11 @@ def main() -> None:
     parser.add_argument("--config", default="configs/rex-rag.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=24, help="updates per arm and seed")
+    parser.add_argument("--questions-per-step", type=int, default=None,
+                        help="override the config's questions_per_step (each a group of group_size)")
     parser.add_argument("--heldout", type=int, default=100, help="test questions evaluated")
+    parser.add_argument("--start", type=Path, default=None,
+                        help="a saved model every arm starts from (default: the config's warm-up)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/rex-rag.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-rex-rag"))
     parser.add_argument("--arm", choices=("rex", "grpo"), default=None,
@@ -206,14 +219,21 @@ def main() -> None:
     base = load_config(args.config, GrpoConfig)
     if base.exploration is None:
         parser.error(f"--config {args.config}: no exploration: section, nothing to compare")
+    if args.start and not (args.start / "config.json").is_file():
+        parser.error(f"--start {args.start}: no saved model there (no config.json)")
+    if args.questions_per_step:
+        base = base.model_copy(update={"questions_per_step": args.questions_per_step})
+    args.questions_per_step = base.questions_per_step
     if args.arm:
         return train_one(args, base)
     arms = {f"{arm}-seed{seed}": arm_result(args, arm, seed)
             for seed in args.seeds for arm in ("rex", "grpo")}
-    rows = {"start": evaluate(str(args.cache_dir / "rex-seed0" / "warmup"), base, args.heldout)}
+    rows = {"start": evaluate(str(start_policy(args)), base, args.heldout)}
     for name, arm in arms.items():
         rows[name] = evaluate(arm["model_dir"], base, args.heldout)
     report = {"config": args.config, "seeds": args.seeds, "steps": args.steps,
+              "questions_per_step": base.questions_per_step, "group_size": base.group_size,
+              "start": str(args.start) if args.start else "the config's warm-up",
               "heldout": args.heldout, "max_turns": base.max_turns,
               "load_average": os.getloadavg(), "arms": arms,
               "heldout_results": {name: summary(r) for name, r in rows.items()},
