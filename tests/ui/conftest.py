@@ -156,7 +156,8 @@ class Browser:
                   timeout_s: float = 180) -> Page:
         """Log in as a person does at the page the server's root shows (type ``password``
         into the password field, press Enter), then open ``url`` and read its DOM until
-        ``shows(page)``; the last page either way, its screenshot saved."""
+        ``shows(page)`` (loading it again every ``RELOAD_S``); the last page either way, its
+        screenshot saved."""
         import base64
         from urllib.parse import urljoin
 
@@ -172,7 +173,6 @@ class Browser:
             tools.press_enter()
             if not _until(lambda: not tools.evaluate(f"!!{field}"), timeout_s):
                 raise RuntimeError(f"the login at {url} did not pass: {tools.evaluate('document.body.innerText')}")
-            tools.call("Page.navigate", url=url)
             page: list[Page] = []
 
             def shown() -> bool:
@@ -180,12 +180,20 @@ class Browser:
                 page[:] = [Page(url, html or "", screenshot)]
                 return shows(page[0])
 
-            _until(shown, timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while True:  # reload now and then: a section the SPA fetched once is not refetched
+                tools.call("Page.navigate", url=url)
+                if _until(shown, RELOAD_S) or time.monotonic() > deadline:
+                    break
             screenshot.write_bytes(base64.b64decode(tools.call("Page.captureScreenshot")["data"]))
             return page[0]
         finally:
             tools.close()
             shutil.rmtree(profile, ignore_errors=True)
+
+
+RELOAD_S = 15
+"""How long ``Browser.signed_in`` reads one load of a page before it loads it again."""
 
 
 class DevTools:
@@ -353,10 +361,30 @@ def nightly_deployment(make_ui) -> dict:
     scheduling.ensure_pool(spec["work_pool"]["name"], env, ROOT)
     scheduling.run_cli(["--no-prompt", "deploy", "-n", "nightly", "--pool", spec["work_pool"]["name"]],
                        env, ROOT)
+    auth = scheduling.basic_auth(env["PREFECT_API_AUTH_STRING"])
     found = httpx.get(f"{env['PREFECT_API_URL']}/deployments/name/nightly/nightly", timeout=30,
-                      headers=scheduling.basic_auth(env["PREFECT_API_AUTH_STRING"]))
+                      headers=auth)
     found.raise_for_status()
-    return {**found.json(), "spec": spec}
+    deployment = found.json()
+    headers = scheduling.api_headers(env["PREFECT_API_URL"], env["PREFECT_API_AUTH_STRING"], "advrag-tests")
+    queued = scheduled_runs(env["PREFECT_API_URL"], deployment["id"], headers, timeout_s=180)
+    return {**deployment, "spec": spec, "queued": queued}
+
+
+def scheduled_runs(api: str, deployment_id: str, headers: dict, timeout_s: float) -> list[dict]:
+    """The deployment's runs in state Scheduled, once the server's scheduler has queued any
+    (its loops run every few seconds to a minute; a loaded machine stretches them)."""
+    import httpx
+
+    body = {"deployments": {"id": {"any_": [deployment_id]}},
+            "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = httpx.post(f"{api}/flow_runs/filter", json=body, headers=headers, timeout=30)
+        response.raise_for_status()
+        if response.json() or time.monotonic() > deadline:
+            return response.json()
+        time.sleep(2)
 
 
 @pytest.fixture(scope="module")

@@ -91,6 +91,9 @@ def test_prefect_shows_the_nightly_deployment_and_its_schedule(make_ui, nightly_
     assert spec["schedules"][0]["cron"] == "0 2 * * *", "the expected wording below is for 0 2 * * *"
     tz = spec["schedules"][0]["timezone"]
     due = next_run(2, tz, datetime.now(timezone.utc)).astimezone(timezone.utc)
+    queued = sorted(datetime.fromisoformat(r["expected_start_time"]) for r in nightly_deployment["queued"])
+    assert queued, "Prefect's scheduler queued no run of the nightly deployment within 180 s"
+    assert queued[0] == due, f"the scheduler queued {queued[0]} first, the cron says {due}"
     scheduled_for = f"Scheduled for {due:%Y/%m/%d %I:%M:%S %p}"  # the browser's zone is UTC
 
     password = make_ui.prefect_env["PREFECT_API_AUTH_STRING"]  # what `advrag ui` says to type
