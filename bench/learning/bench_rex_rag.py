@@ -104,8 +104,8 @@ def train_one(args: argparse.Namespace, base: GrpoConfig) -> None:
     """The child's work: train ``--arm`` for its seed from the shared start, write its result."""
     seed, name = args.seeds[0], f"{args.arm}-seed{args.seeds[0]}"
     config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
-    start = start_policy(args)
-    result = train_arm(config, name, start if start.is_dir() else None)
+    shared = args.cache_dir / "rex-seed0" / "warmup"  # the first arm's, when no --start
+    result = train_arm(config, name, shared if not args.start and shared.is_dir() else None)
     out = args.cache_dir / f"{name}.json"
     out.with_suffix(".tmp").write_text(json.dumps(result) + "\n")
     out.with_suffix(".tmp").replace(out)
@@ -221,6 +221,8 @@ def main() -> None:
         parser.error(f"--config {args.config}: no exploration: section, nothing to compare")
     if args.start and not (args.start / "config.json").is_file():
         parser.error(f"--start {args.start}: no saved model there (no config.json)")
+    if args.start:  # RL starts from it: no warm-up of the config's own
+        base = base.model_copy(update={"model": str(args.start), "warmup": None})
     if args.questions_per_step:
         base = base.model_copy(update={"questions_per_step": args.questions_per_step})
     args.questions_per_step = base.questions_per_step
