@@ -5,17 +5,13 @@ judgments differs from gar.yaml's only in the rewards and advantages that part t
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
-from fakes import CORPUS, KeywordRetriever, ScriptedGenerator, cut_after_stop
+from gar_fakes import one_update
 
 from advrag.config import load_config
-from advrag.core.advantages import grpo_advantages
-from advrag.datasets.records import QARecord
 from advrag.recipes.gar import GarConfig, GarRecipe
-from advrag.recipes.gar.step import Slice, gar_step
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RUN_NAMES = {"checkpoint_dir", "registered_reasoner", "registered_discriminator"}
@@ -47,73 +43,6 @@ def test_the_main_config_is_the_papers_gar():
     assert (c.lam1, c.lam2, c.lam3, c.lam4, c.max_slice_tokens, c.max_judge_tokens) == (
         1.0, 1.0, 1.0, 0.5, 320, 128)
     assert c.optim.kl_coef == 0.001 and c.discriminator_optim == {"kl_coef": 0.0}
-
-
-# --- one update under each config, on the same scripted rollouts and judgments ---------------
-
-RECORDS = [QARecord("q1", "What is the capital of France?", ["Paris"]),
-           QARecord("q2", "Who wrote Hamlet?", ["William Shakespeare"])]
-ROLLOUTS = [  # every question's group gets these four, in this order
-    "<think> The capital of France is Paris, as every atlas of Europe says. So the answer is "
-    "Paris. </think>\n<answer> Paris </answer>",
-    "<think> The capital of France is Lyon, the second city on the Rhone. </think>\n"
-    "<answer> Lyon </answer>",
-    "<think> Hamlet is a play by William Shakespeare, the English playwright. </think>\n"
-    "<answer> William Shakespeare </answer>",
-    "<answer> Paris </answer>",  # no reasoning: no slice
-]
-JUDGMENTS = {  # keyed by a word of the judged slice
-    "Lyon": "Analysis: Lyon is not the capital.\nVerdict: no\nRationale: wrong city.",
-    "Paris": "Analysis: it names Paris.\nVerdict: yes\nRationale: right.",
-    "playwright": "Analysis: it names the author.\nVerdict: yes\nRationale: right.",
-}
-REFERENCES = [Slice("q1", RECORDS[0].question, "France has Paris as its capital city.", None),
-              Slice("q2", RECORDS[1].question, "Hamlet was written by William Shakespeare.", None)]
-
-
-class CyclingGenerator(ScriptedGenerator):
-    """The reasoner: the i-th prompt of a call gets ``ROLLOUTS[i % 4]``."""
-
-    def __init__(self):
-        super().__init__({})
-
-    def generate(self, prompts, *, max_new_tokens, stop=()):
-        self.calls.append(list(prompts))
-        return [cut_after_stop(ROLLOUTS[i % len(ROLLOUTS)], stop) for i in range(len(prompts))]
-
-
-def p_yes(prompts, outputs):
-    """The scorer: P(yes) 0.8 after a written yes, 0.3 after anything else, none without one."""
-    return [None if "Verdict:" not in o else 0.8 if "Verdict: yes" in o else 0.3 for o in outputs]
-
-
-class RecordingTrainer:
-    """Keeps each update's rewards and the GRPO advantages they give; learns nothing."""
-
-    def __init__(self):
-        self.policy = SimpleNamespace(model=SimpleNamespace(eval=lambda: None))
-        self.updates: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def update(self, trajectories, rewards, group_ids):
-        rewards = torch.as_tensor(rewards, dtype=torch.float32)
-        self.updates.append((rewards, grpo_advantages(rewards, group_ids)))
-        return SimpleNamespace(metrics={})
-
-
-def one_update(config: GarConfig) -> dict:
-    """One ``gar_step`` (step 0: the same reference draw) wired as ``GarRecipe`` wires it."""
-    recipe = GarRecipe(config)
-    trainers = {agent: RecordingTrainer() for agent in recipe.agents}
-    judge = ScriptedGenerator(JUDGMENTS, default="I cannot tell.")
-    generators = {"reasoner": CyclingGenerator(), "discriminator": judge}
-    scorer = None if config.discriminator == "none" else p_yes
-    metrics = gar_step(trainers, generators, KeywordRetriever(CORPUS), RECORDS, config,
-                       references=REFERENCES, scorer=scorer, count_tokens=lambda t: len(t.split()),
-                       step=0)
-    updates = {agent: t.updates[0] for agent, t in trainers.items()}
-    return {"reasoner": updates["reasoner"], "discriminator": updates.get("discriminator"),
-            "judged": sum(len(c) for c in judge.calls), "upstream": recipe.upstream(),
-            "metrics": metrics}
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from advrag.config.engine import AMX_ATTENTION, LoraSettings, SFTConfig, TrainCo
 from advrag.config.gar import JudgeSection
 from advrag.config.rl import RLRunConfig
 from advrag.curation.slicing import MIN_SLICE_TOKENS
+from advrag.recipes.rex_rag.config import RexExploration
 
 
 def evidence_tokens_field():
@@ -130,6 +131,10 @@ class GarConfig(RLRunConfig):
     malformed_penalty: float = Field(1.0, ge=0, description="Subtracted from a judgment with no "
                                      "verdict (its slice then scores 0).")
     reward_metric: Literal["em", "f1"] = Field("em", description="R_m: EM (paper) or F1 of the answer.")
+    exploration: RexExploration | None = Field(
+        None, description="REX-RAG's probes in the reasoner's rollouts ({kind: rex, ...}; beyond "
+        "both papers): probes are judged and rewarded like any rollout, and the reasoner's "
+        "update keeps the filter's probes with the policy correction; none = GAR's rollouts.")
     registered_reasoner: str = Field("advrag-gar-reasoner", min_length=1,
                                      description="Registry name (reasoner).")
     registered_discriminator: str = Field("advrag-gar-discriminator", min_length=1,

@@ -20,18 +20,20 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from advrag.agents.budgets import EpisodeShape
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
 from advrag.config import ConfigError, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, update_compiled
 from advrag.recipes.gar.config import GarConfig
+from advrag.recipes.rex_rag.exploring import Exploring, probing_shape
 
 JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half reference
 _RATIONALE_RE = re.compile(r"rationale\s*[:\-]\s*(.*)", re.IGNORECASE | re.DOTALL)
 
 
-class GarRecipe(Recipe):
+class GarRecipe(Exploring, Recipe):
     """Reasoner ⇄ slice discriminator; the discriminator is an agent only when it trains."""
 
     name = "gar"
@@ -68,6 +70,10 @@ class GarRecipe(Recipe):
         from advrag.recipes.rollout import search_demonstrations
 
         return search_demonstrations(self.config, records, retriever, chat_prompt)
+
+    def episode_shape(self, max_turns: int) -> EpisodeShape:
+        """The reasoner's Search-R1 episode, made longer by REX-RAG's probes when it explores."""
+        return probing_shape(super().episode_shape(max_turns), self.config.exploration)
 
     def check_token_budgets(self, count, chat_prompt, questions: Sequence[QARecord],
                             passages) -> None:
@@ -126,13 +132,16 @@ class GarRecipe(Recipe):
                                              .input_ids)
 
     def step(self, retriever: Retriever, records: Sequence[QARecord]) -> dict[str, float]:
-        """One joint update on ``records`` (``step.gar_step``)."""
+        """One joint update on ``records`` (``step.gar_step``; with ``exploration``, the
+        reasoner's rollouts carry REX-RAG's probes)."""
         from advrag.recipes.gar.step import gar_step
 
+        c = self.config
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
-        return gar_step(self.trainers, self.generators, retriever, records, self.config,
+        state = None if c.exploration is None else self.exploring_state(c.exploration)
+        return gar_step(self.trainers, self.generators, retriever, records, c,
                         references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
-                        step=self.trainers.step, slice_log=self.slice_log)
+                        step=self.trainers.step, slice_log=self.slice_log, exploration=state)
 
     def reference_slices(self, record: QARecord, retriever: Retriever) -> list:
         """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""

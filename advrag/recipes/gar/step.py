@@ -1,6 +1,8 @@
 """One GAR training step (GAR §3) on two LoRA adapters: rollout → slice → judge → score → update × 2.
 
 1. rollout: ``group_size`` Search-R1 trajectories per question (the reasoner's adapter);
+   with ``exploration`` (beyond both papers), REX-RAG's probes of the answers below full
+   marks follow them, and go through steps 2–4 like any rollout;
 2. slice: each trajectory's own reasoning (``<think>`` text, never documents) cut into
    slices of ``min_slice_tokens`` to L tokens (``curation.slicing``); as many reference
    slices are drawn from grounded demonstrations (each judged with its own question);
@@ -15,7 +17,8 @@
    slice, and λ3·log(1 − p) + λ4·(1 − |r_s − 1[correct]|) for a generated one, with p =
    P(yes) (0.5 when the judgment has no "Verdict:" to read it at) and correct = the
    rollout's answer scores 1 under ``reward_metric``;
-5. update: GRPO for the reasoner (groups: a question's rollouts) and, when
+5. update: GRPO for the reasoner (groups: a question's rollouts; with ``exploration``,
+   REX-RAG's filtered probes join them and the ratio takes its policy correction) and, when
    trainable, for the discriminator (groups: all judgments of one question's
    slices, reference ones included).
 
@@ -42,7 +45,7 @@ from advrag.core.gar_rewards import (
     reasoner_reward,
     slice_score,
 )
-from advrag.core.rewards import ANSWER_METRICS
+from advrag.core.rewards import ANSWER_METRICS, full_marks
 from advrag.curation.gar_labels import (
     capped_evidence,
     discriminator_prompt,
@@ -53,6 +56,8 @@ from advrag.curation.slicing import slices_with_evidence
 from advrag.datasets.records import QARecord
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.gar.config import GarConfig
+from advrag.recipes.rex_rag.exploring import ExplorationState
+from advrag.recipes.rex_rag.step import ProbedRollout, corrected_update, probe_rollout
 from advrag.recipes.rollout import RolloutSettings, rollout, rollout_metrics
 
 
@@ -162,17 +167,22 @@ def judgment_rewards(slices: Sequence[Slice], probs: Sequence[float | None],
 def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
              retriever: Retriever, records: Sequence[QARecord], config: GarConfig, *,
              references: Sequence[Slice], scorer: Callable | None, count_tokens: Callable,
-             step: int, slice_log: list[dict] | None = None) -> dict[str, float]:
+             step: int, slice_log: list[dict] | None = None,
+             exploration: ExplorationState | None = None) -> dict[str, float]:
     """One joint update (module docstring); the step's metrics. ``slice_log``, when given, gets
     the step's P(yes) per slice kind and every judged slice: ``{"step", "reference": [...],
     "generated": [...], "judged": [{"source", "question", "slice", "p_yes", "judgment",
-    "correct"}, ...]}`` (``correct``: the rollout's answer; None for a reference slice)."""
+    "correct"}, ...]}`` (``correct``: the rollout's answer; None for a reference slice).
+
+    With ``config.exploration`` (and its run's ``exploration`` state), the reasoner's rollouts
+    are REX-RAG's (``rex_rag.step.probe_rollout``): its probes are sliced, judged and rewarded
+    like the policy's rollouts, and the reasoner's update is REX-RAG's filtered, corrected one
+    (``corrected_update``). Nothing else changes."""
     started = time.perf_counter()
     reasoner = trainers["reasoner"]
     reasoner.policy.model.eval()
-    trajectories, repeated = rollout(
-        records, generators["reasoner"], retriever, group_size=config.group_size,
-        settings=RolloutSettings.of(config))
+    probed = reasoner_rollouts(reasoner, generators["reasoner"], retriever, records, config)
+    trajectories, repeated = probed.trajectories, probed.answered
     metric = ANSWER_METRICS[config.reward_metric]
     answer_scores = [metric(t.answer, r.golden_answers) if t.answer else 0.0
                      for t, r in zip(trajectories, repeated)]
@@ -187,14 +197,38 @@ def gar_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
                             for m, s in zip(answer_scores, slice_scores)])
     judged = time.perf_counter()
     group_ids = [r.id for r in repeated]
-    update = reasoner.update(trajectories, rewards, group_ids).metrics
-    push_updated_weights(generators["reasoner"], reasoner)
-    reasoner_metrics = rollout_metrics(trajectories, rewards, group_ids) | update | {
-        "answer_score": mean(answer_scores), "slice_score": mean([mean(s) for s in slice_scores])}
+    if config.exploration is None:
+        update = reasoner.update(trajectories, rewards, group_ids).metrics
+        push_updated_weights(generators["reasoner"], reasoner)
+    else:
+        update = corrected_update(reasoner, generators["reasoner"], probed, rewards,
+                                  [m >= 1.0 for m in answer_scores], exploration=config.exploration,
+                                  state=exploration, group_size=config.group_size)
+        metrics |= {k: update.pop(k) for k in list(update) if k.startswith("rex/")}
+    n = probed.policy_count  # the policy's rollouts; probes come after them
+    reasoner_metrics = rollout_metrics(trajectories[:n], rewards[:n], group_ids[:n]) | update | {
+        "answer_score": mean(answer_scores[:n]),
+        "slice_score": mean([mean(s) for s in slice_scores[:n]])}
     metrics |= {f"reasoner/{k}": v for k, v in reasoner_metrics.items()}
     metrics |= {"time/judge_s": judged - rolled, "time/update_s": time.perf_counter() - judged,
                 "time/step_s": time.perf_counter() - started}
     return metrics
+
+
+def reasoner_rollouts(reasoner: LocalTrainer, generator: TextGenerator, retriever: Retriever,
+                      records: Sequence[QARecord], config: GarConfig) -> ProbedRollout:
+    """``group_size`` Search-R1 rollouts per question; with ``exploration``, REX-RAG's probes
+    of the answers below full marks follow them."""
+    settings = RolloutSettings.of(config)
+    if config.exploration is None:
+        trajectories, repeated = rollout(records, generator, retriever,
+                                         group_size=config.group_size, settings=settings)
+        return ProbedRollout(trajectories, repeated, len(repeated), prober=None)
+    return probe_rollout(reasoner, generator, retriever, records, group_size=config.group_size,
+                         full_marks=lambda answer, record: full_marks(
+                             answer, record.golden_answers, config.reward_metric),
+                         exploration=config.exploration, seed=config.optim.seed,
+                         settings=settings)
 
 
 def _judge_and_train_discriminator(trainers, generators, trajectories, repeated, answer_scores,

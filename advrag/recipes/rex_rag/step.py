@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from advrag.agents.probes import Prober, pool_token_ids
 from advrag.agents.prompts import exploration_pool
 from advrag.agents.search_loop import run_search_agent
@@ -38,6 +40,7 @@ from advrag.datasets.records import QARecord, question_kind
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.rex_rag.config import RexExploration
 from advrag.recipes.rex_rag.correction import Correction, token_roles
+from advrag.recipes.rex_rag.exploring import ExplorationState
 from advrag.recipes.rollout import RewardFn, RolloutSettings, rollout_metrics, score
 
 FullMarks = Callable[[str | None, QARecord], bool]
@@ -46,11 +49,15 @@ ProbingAgent = Callable[[Sequence[QARecord], Prober], list[Trajectory]]
 """Runs an episode per record with a prober; probes come after the records' trajectories."""
 
 
-@dataclass
-class ExplorationState:
-    """What REX-RAG carries from one update to the next (and through a checkpoint)."""
+@dataclass(frozen=True)
+class ProbedRollout:
+    """One update's episodes: ``policy_count`` policy trajectories, then the probes opened;
+    ``answered[i]`` is the record trajectory ``i`` answers (a probe's is its origin's)."""
 
-    keep_ratio: float
+    trajectories: list[Trajectory]
+    answered: list[QARecord]
+    policy_count: int
+    prober: Prober | None  # None: rollouts without probes
 
 
 def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriever,
@@ -64,30 +71,58 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
     the trainer's step seed the probes' draws.
     """
     timer = time.perf_counter
-    trainer.policy.model.eval()
     started = timer()
+    probed = probe_rollout(trainer, generator, retriever, records, group_size=group_size,
+                           full_marks=full_marks, exploration=exploration, seed=seed,
+                           settings=settings, agent=agent)
+    rolled = timer()
+    scores = score(probed.trajectories, probed.answered, reward_fn)
+    correct = [full_marks(t.answer, r) for t, r in zip(probed.trajectories, probed.answered)]
+    scored = timer()
+    metrics = corrected_update(trainer, generator, probed, scores, correct,
+                               exploration=exploration, state=state, group_size=group_size)
+    n = probed.policy_count
+    seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
+               "update_s": timer() - scored}
+    return (rollout_metrics(probed.trajectories[:n], scores[:n], [r.id for r in probed.answered[:n]])
+            | by_question_type(probed.trajectories[:n], probed.answered[:n]) | metrics | seconds)
+
+
+def probe_rollout(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriever,
+                  records: Sequence[QARecord], *, group_size: int, full_marks: FullMarks,
+                  exploration: RexExploration, seed: int,
+                  settings: RolloutSettings = RolloutSettings(),
+                  agent: ProbingAgent | None = None) -> ProbedRollout:
+    """``group_size`` episodes per record, an answer below full marks probed with
+    ``probe_prob`` (steps 1 of the module docstring); the draws seeded by ``seed`` and the
+    trainer's step."""
+    trainer.policy.model.eval()
     repeated = [record for record in records for _ in range(group_size)]
-    n = len(repeated)
     prober = Prober(exploration_pool(exploration.pool_size), exploration.probe_prob,
                     lambda i, answer: not full_marks(answer, repeated[i]),
                     random.Random(f"rex:{seed}:{trainer.step}"))
-    trajectories = rollout_with_probes(repeated, prober, generator, retriever,
-                                       settings, agent)
-    answered = repeated + [repeated[t.probe.origin] for t in trajectories[n:]]
-    rolled = timer()
-    scores = score(trajectories, answered, reward_fn)
-    correct = [full_marks(t.answer, r) for t, r in zip(trajectories, answered)]
-    scored = timer()
+    trajectories = rollout_with_probes(repeated, prober, generator, retriever, settings, agent)
+    answered = repeated + [repeated[t.probe.origin] for t in trajectories[len(repeated):]]
+    return ProbedRollout(trajectories, answered, len(repeated), prober)
+
+
+def corrected_update(trainer: LocalTrainer, generator: TextGenerator, probed: ProbedRollout,
+                     scores: torch.Tensor, correct: Sequence[bool], *,
+                     exploration: RexExploration, state: ExplorationState,
+                     group_size: int) -> dict[str, float]:
+    """Steps 3–5 of the module docstring on scored episodes: filter the probes, update with
+    the correction, move the keep ratio; the update's and the exploration's metrics."""
+    n, trajectories = probed.policy_count, probed.trajectories
     rows = list(range(n)) + keep_probes(trainer, trajectories, n, exploration, state.keep_ratio,
-                                        len(records), group_size)
+                                        n // group_size, group_size)
     batch = [trajectories[i] for i in rows]
     correction = None
     if len(rows) > n and exploration.correction != "none":
-        correction = Correction(batch, pool_token_ids(prober.pool, trainer.tokenizer),
+        correction = Correction(batch, pool_token_ids(probed.prober.pool, trainer.tokenizer),
                                 probe_share=(len(rows) - n) / len(rows),
                                 failure_rate=1.0 - sum(correct[:n]) / n,
                                 correction=exploration.correction)
-    group_ids = [answered[i].id for i in rows]
+    group_ids = [probed.answered[i].id for i in rows]
     result = trainer.update(batch, scores[rows], group_ids, correction)
     push_updated_weights(generator, trainer)
     metrics = exploration_metrics(correct, n, rows, state.keep_ratio, correction)
@@ -96,11 +131,7 @@ def rex_step(trainer: LocalTrainer, generator: TextGenerator, retriever: Retriev
         state.keep_ratio = updated_keep_ratio(state.keep_ratio, metrics["rex/probe_accuracy"],
                                               exploration.keep_ratio_weight,
                                               cap=exploration.keep_ratio)
-    seconds = {"rollout_s": rolled - started, "score_s": scored - rolled,
-               "update_s": timer() - scored}
-    return (rollout_metrics(trajectories[:n], scores[:n], [r.id for r in repeated])
-            | by_question_type(trajectories[:n], repeated)
-            | result.metrics | metrics | seconds)
+    return result.metrics | metrics
 
 
 def rollout_with_probes(repeated: Sequence[QARecord], prober: Prober, generator: TextGenerator,

@@ -16,27 +16,26 @@ corrected for their off-policy tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from advrag.agents.budgets import EpisodeShape
-from advrag.agents.prompts import exploration_pool, probe_observation
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
 from advrag.core.rewards import answer_reward
 from advrag.core.rewards import full_marks as earns_full_marks
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, trainable_policy
+from advrag.recipes.rex_rag.exploring import Exploring, probing_shape
 from advrag.recipes.rollout import RolloutSettings, search_demonstrations
 from advrag.recipes.search_agent.config import SearchAgentConfig
 
 
-class SearchAgentRecipe(Recipe):
+class SearchAgentRecipe(Exploring, Recipe):
     """Single-agent GRPO on the search loop; a recipe names it and describes its verl runs."""
 
     agents: ClassVar[tuple[str, ...]] = ("reasoner",)
     config: SearchAgentConfig
     verl_refusal = None
-    exploration_state = None  # REX-RAG's ExplorationState, once it explores
 
     def demonstrations(self, records: Sequence[QARecord], retriever: Retriever,
                        chat_prompt) -> list[Trajectory]:
@@ -44,14 +43,8 @@ class SearchAgentRecipe(Recipe):
         return search_demonstrations(self.config, records, retriever, chat_prompt)
 
     def episode_shape(self, max_turns: int) -> EpisodeShape:
-        """The Search-R1 episode; with REX-RAG's probes, one generation more (a probe goes on
-        from its cut answer turn) and the longest exploration prompt it inserts."""
-        shape = super().episode_shape(max_turns)
-        if self.config.exploration is None:
-            return shape
-        longest = max(exploration_pool(self.config.exploration.pool_size), key=len)
-        return EpisodeShape(shape.generations + 1, shape.searches,
-                            (*shape.extra_env, probe_observation(longest)))
+        """The Search-R1 episode, made longer by REX-RAG's probes (``probing_shape``)."""
+        return probing_shape(super().episode_shape(max_turns), self.config.exploration)
 
     def build(self, start_model: str) -> None:
         """The policy (LoRA or full), its trainer and the rollout generator.
@@ -95,7 +88,7 @@ class SearchAgentRecipe(Recipe):
 
         ``agent(records, prober=None)`` replaces the Search-R1 loop.
         """
-        from advrag.recipes.rex_rag.step import ExplorationState, rex_step
+        from advrag.recipes.rex_rag.step import rex_step
         from advrag.recipes.search_agent.step import grpo_step
 
         c = self.config
@@ -103,29 +96,15 @@ class SearchAgentRecipe(Recipe):
         if c.exploration is None:
             return grpo_step(trainer, generator, retriever, records, group_size=c.group_size,
                              reward_fn=reward, settings=settings, agent=agent)
-        if self.exploration_state is None:
-            self.exploration_state = ExplorationState(c.exploration.keep_ratio)
         probing = None if agent is None else (lambda recs, prober: agent(recs, prober=prober))
         return rex_step(trainer, generator, retriever, records, group_size=c.group_size,
                         reward_fn=reward, full_marks=self.full_marks, exploration=c.exploration,
-                        state=self.exploration_state, seed=c.optim.seed,
+                        state=self.exploring_state(c.exploration), seed=c.optim.seed,
                         settings=settings, agent=probing)
 
     def full_marks(self, answer: str | None, record: QARecord) -> bool:
         """The answer scores 1 under ``reward_metric``: correct, never probed by REX-RAG."""
         return earns_full_marks(answer, record.golden_answers, self.config.reward_metric)
-
-    def run_state(self) -> dict[str, Any]:
-        """REX-RAG's keep ratio, when it explores."""
-        state = getattr(self, "exploration_state", None)
-        return {} if state is None else {"keep_ratio": state.keep_ratio}
-
-    def restore_run_state(self, state: dict[str, Any]) -> None:
-        """The keep ratio the run had reached."""
-        from advrag.recipes.rex_rag.step import ExplorationState
-
-        if "keep_ratio" in state:
-            self.exploration_state = ExplorationState(float(state["keep_ratio"]))
 
     def describe(self, metrics: dict[str, float]) -> str:
         """Reward, loss, seconds of one update; with REX-RAG the probes opened and kept."""

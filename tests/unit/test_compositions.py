@@ -1,0 +1,133 @@
+"""Methods composed beyond the papers: REX-RAG's probes inside GAR's reasoner rollouts
+(``exploration: {kind: rex}`` on a ``gar`` config). The composed update differs from plain
+GAR's exactly in the composed part: probes join the reasoner's groups, rewarded as GAR
+rewards any rollout, and their slices are judged; the policy's rollouts, rewards and
+judgments are GAR's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from fakes import CORPUS, KeywordRetriever
+from gar_fakes import RECORDS, CyclingGenerator, one_update
+
+from advrag.config import load_config
+from advrag.recipes.gar import GarConfig, GarRecipe
+from advrag.recipes.grpo import GrpoConfig
+
+GAR = Path(__file__).resolve().parents[2] / "configs" / "gar.yaml"
+
+
+def gar(exploration: dict | None = None) -> GarConfig:
+    return load_config(GAR, GarConfig, overrides={"exploration": exploration})
+
+
+def rex(**settings) -> dict:
+    """REX-RAG's probes on every wrong answer; no filter, no correction unless given."""
+    return {"kind": "rex", "probe_prob": 1.0, "trajectory_filter": False, "correction": "none",
+            **settings}
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return one_update(gar())
+
+
+@pytest.fixture(scope="module")
+def probed():
+    return one_update(gar(rex()))
+
+
+def test_probes_that_never_open_leave_gars_update_as_it_was(plain):
+    composed = one_update(gar(rex(probe_prob=0.0)))
+    for agent in ("reasoner", "discriminator"):
+        for got, want in zip(composed[agent], plain[agent], strict=True):  # rewards, advantages
+            assert torch.equal(got, want), agent
+    assert len(composed["batch"]) == len(plain["batch"]) == 8
+    assert composed["judged"] == plain["judged"]
+    assert composed["metrics"]["rex/probes_opened"] == 0.0
+
+
+def test_each_wrong_answer_is_probed_and_rewarded_as_gar_rewards_a_rollout(plain, probed):
+    rewards, _ = probed["reasoner"]
+    # the policy's eight rollouts keep GAR's rewards (λ1·R_m + λ2·R_s) ...
+    assert torch.equal(rewards[:8], plain["reasoner"][0])
+    # ... and the five wrong ones (q1: Lyon, the playwright; q2: Paris, Lyon, bare Paris) are
+    # probed. A probe answers right (R_m 1) with no new reasoning, so its slice is its origin's:
+    # Lyon → no (0), playwright → yes (1), Paris → yes (1), Lyon → 0, none for the bare answer
+    assert rewards[8:].tolist() == [1.0, 2.0, 2.0, 1.0, 1.0]
+    assert [t.probe.origin for t in probed["batch"][8:]] == [1, 2, 4, 5, 7]
+    metrics = probed["metrics"]
+    assert metrics["rex/probes_opened"] == 5.0 and metrics["rex/probes_kept"] == 5.0
+    assert metrics["rex/probe_accuracy"] == 1.0 and metrics["rex/policy_accuracy"] == 0.375
+    # the reasoner's reported reward and answer score stay the policy's
+    for key in ("reasoner/reward_mean", "reasoner/answer_score", "reasoner/slice_score"):
+        assert metrics[key] == plain["metrics"][key], key
+
+
+def test_probes_join_their_questions_groups(probed):
+    rewards, advantages = probed["reasoner"]
+    # q1's group: the policy's [2, 0, 1, 1] and its probes [1, 2]; mean 7/6
+    group = torch.tensor([2.0, 0.0, 1.0, 1.0, 1.0, 2.0])
+    expected = (group - group.mean()) / (group.std() + 1e-6)
+    q1_rows = [0, 1, 2, 3, 8, 9]
+    assert torch.allclose(advantages[q1_rows], expected, atol=1e-5)
+
+
+def test_the_judge_sees_the_probes_slices_beside_the_policys(plain, probed):
+    # plain: 6 generated slices and 6 references; composed: the 4 probes with reasoning add 4,
+    # and as many references are drawn, so the discriminator's batch is 10 + 10
+    assert probed["metrics"]["slices/generated"] == 10.0
+    assert probed["metrics"]["slices/reference"] == 10.0
+    rewards, _ = probed["discriminator"]
+    assert rewards.shape == (20,)
+    # the policy's slices come first and are judged and rewarded as in plain GAR
+    assert torch.equal(rewards[:6], plain["discriminator"][0][:6])
+
+
+def test_the_keep_ratio_moves_and_travels_with_the_checkpoint(probed):
+    # probe accuracy 1 pulls the ratio up, but never above the configured 0.12
+    assert probed["state"].keep_ratio == 0.12
+    recipe = GarRecipe(gar(rex()))
+    recipe.restore_run_state({"keep_ratio": 0.05})
+    assert recipe.run_state() == {"keep_ratio": 0.05}
+    assert GarRecipe(gar()).run_state() == {}
+
+
+def test_a_probing_episode_is_one_generation_longer():
+    plain_shape, probing_shape = (GarRecipe(gar(e)).episode_shape(4) for e in (None, rex()))
+    assert probing_shape.generations == plain_shape.generations + 1
+    assert len(probing_shape.extra_env) == len(plain_shape.extra_env) + 1
+
+
+def test_the_composed_step_filters_and_corrects_on_the_real_trainer(tiny_policy_dir):
+    """GarRecipe with probes, its trainers the tiny policy's, its reasoner's rollouts the
+    scripted ones (the tiny policy writes no answers to probe): q1's Paris and Lyon, q2's
+    playwright and bare Paris; the two wrong ones are probed, the filter keeps the likelier,
+    round(0.25 · 2 questions · 2) = 1, and a policy token's ratio is taken against the
+    mixture: 1 / (1 − a) with a = 1/5."""
+    config = load_config(GAR, GarConfig, overrides={
+        "model": str(tiny_policy_dir), "lora": {"r": 4, "alpha": 8}, "cpu_bf16": False,
+        "discriminator_sft": False, "group_size": 2, "max_turns": 1, "max_new_tokens": 8,
+        "max_judge_tokens": 8, "rollout_backend": "hf", "optim": {"max_seq_len": 1024},
+        "exploration": {"kind": "rex", "probe_prob": 1.0, "keep_ratio": 0.25}})
+    recipe = GarRecipe(config)
+    recipe.build(str(tiny_policy_dir))
+    recipe.generators["reasoner"] = CyclingGenerator()
+    metrics = recipe.step(KeywordRetriever(CORPUS), RECORDS)
+    assert metrics["rex/probes_opened"] == 2.0 and metrics["rex/probes_kept"] == 1.0
+    assert metrics["rex/probe_share"] == pytest.approx(1 / 5)
+    assert metrics["rex/ratio_policy"] == pytest.approx(1.25, rel=1e-5)
+    assert recipe.trainers["reasoner"].step == 1 and recipe.trainers["discriminator"].step == 1
+    assert recipe.run_state()["keep_ratio"] <= 0.25
+
+
+def test_the_shipped_composition_is_gar_with_rex_rags_paper_settings():
+    composed = load_config(GAR.with_name("gar-rex.yaml"), GarConfig).model_dump()
+    changed = {k for k, v in composed.items() if gar().model_dump()[k] != v}
+    assert changed == {"exploration", "checkpoint_dir", "registered_reasoner",
+                       "registered_discriminator"}
+    assert composed["exploration"] == load_config(
+        GAR.with_name("rex-rag.yaml"), GrpoConfig).model_dump()["exploration"]
