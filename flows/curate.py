@@ -1,36 +1,37 @@
-"""Flow `curate`: UR²'s difficulty buckets of the training questions, with the current policy.
+"""Flow `curate`: UR²'s difficulty buckets of a recipe's training questions, with the current policy.
 
-fingerprint the policy → k rollouts per question (cached, resumable) → levels
-and the 7:2:1 sample → write + GX gate (atomic) → MLflow (counts, histogram,
-files). Runs on its own (`advrag curate`, the DVC stage ``curate``) and as a
-subflow of UR² training, nested under the training run.
+fingerprint the policy → k attempts of the recipe's agent per question (cached, resumable) →
+levels and the 7:2:1 sample → write + GX gate (atomic) → MLflow (counts, histogram, files).
+Runs on its own (`advrag curate`, the DVC stage ``curate``) and as a subflow of the training of
+a recipe with a ``curate`` section (UR²'s, or GAR's composed with it), nested under its run.
 """
 
 from __future__ import annotations
 
 from prefect import flow
 
-from advrag.recipes.ur2 import UR2Config
+from advrag.recipes.base import Recipe
 from advrag.tasks import curation, tracking
 
 
 @flow(name="curate", log_prints=True)
-def curate_flow(config: UR2Config, policy: str | None = None, parent: str | None = None) -> dict:
-    """Curate ``config``'s training questions with ``policy`` (default: ``config.model``)."""
+def curate_flow(recipe: Recipe, policy: str | None = None, parent: str | None = None) -> dict:
+    """Curate ``recipe``'s training questions with ``policy`` (default: its config's model)."""
     from advrag.curation.curate import curate, level_histogram
 
     if parent is None:  # on its own: the store of this environment (nested: the parent's)
         tracking.configure()
+    config = recipe.config
     section = config.curate
     policy = policy or config.model
-    retriever, records, heldout = curation.curation_data(config)
+    retriever, records, heldout = curation.curation_data(recipe)
     model_dir, policy_hash = curation.fingerprint(policy)
     experiment = config.experiment if parent else section.experiment
     params = {"curate": section.model_dump(mode="json"), "policy": policy,
               "policy_hash": policy_hash, "questions": len(records)}
     with tracking.tracked_run(experiment, "curate", params=params, parent=parent,
                               tags={"policy.hash": policy_hash, "flow": "curate"}) as run_id:
-        scores = curation.score_questions(config, model_dir, policy_hash, records, retriever)
+        scores = curation.score_questions(recipe, model_dir, policy_hash, records, retriever)
         tables = curate(records, scores, n=section.sample_size, policy=policy_hash, k=section.k,
                         thresholds=section.thresholds, ratio=section.ratio, seed=config.optim.seed)
         summary = {"policy": policy, "policy_hash": policy_hash, "k": section.k,

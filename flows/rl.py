@@ -90,15 +90,15 @@ def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:
 def curate_with(recipe: Recipe, policy: str, run_id: str) -> None:
     """UR²'s curation with the start policy, as a subflow nested under the training run.
 
-    Only for recipes whose ``upstream`` names curation (``recipe: ur2`` with a ``curate``
-    section); the recipe is handed the curated sample and the stage-1 questions.
+    Only for recipes whose ``upstream`` names curation (a ``curate`` section: ``recipe: ur2``'s,
+    or ``gar``'s); the recipe is handed the curated sample and the stage-1 questions.
     """
     if "curation" not in recipe.upstream():
         return
     from advrag.datasets.records import read_jsonl
     from advrag.flows.curate import curate_flow
 
-    paths = curate_flow(recipe.config, policy=policy, parent=run_id)["paths"]
+    paths = curate_flow(recipe, policy=policy, parent=run_id)["paths"]
     curated, stage1 = ([leveled(row) for row in read_jsonl(paths[name])]
                        for name in ("curated", "stage1"))
     recipe.use_curation(curated, stage1)

@@ -1,4 +1,5 @@
-"""Prefect tasks of UR²'s curation: fingerprint the policy, score, write + gate, log."""
+"""Prefect tasks of UR²'s curation in front of a recipe: fingerprint the policy, score with the
+recipe's agent, write + gate, log."""
 
 from __future__ import annotations
 
@@ -8,19 +9,20 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from advrag.datasets.records import QARecord
-from advrag.recipes.ur2 import UR2Config
-from advrag.recipes.ur2.config import CurateSection
+from advrag.recipes.base import Recipe
+from advrag.recipes.curated import CurateSection
 from advrag.tasks import tracking
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
-def curation_data(config: UR2Config) -> tuple:
-    """The retriever, the training questions to score, and the held-out (dev + test) ones."""
+def curation_data(recipe: Recipe) -> tuple:
+    """The retriever, the recipe's training questions to score, and the held-out (dev + test)
+    ones."""
     from advrag.datasets.loaders import load_qa
-    from advrag.recipes.ur2.recipe import mixed_questions
     from advrag.retrieval.retriever import load_retriever
 
-    records = mixed_questions(config)[:config.curate.questions]
+    config = recipe.config
+    records = recipe.training_questions()[:config.curate.questions]
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
     return load_retriever(config.index_dir, kind="dense"), records, heldout
 
@@ -36,38 +38,25 @@ def fingerprint(policy: str) -> tuple[str, str]:
 
 
 @task(cache_policy=NO_CACHE)
-def score_questions(config: UR2Config, model_dir: str, policy_hash: str,
+def score_questions(recipe: Recipe, model_dir: str, policy_hash: str,
                     records: list[QARecord], retriever) -> list:
-    """k rollouts per question with the policy (cached per policy, k and settings)."""
-    from advrag.agents.mixed import run_mixed_agent
+    """k attempts of the recipe's agent per question with the policy (cached per policy, k and
+    the agent's settings)."""
     from advrag.curation.curate import ScoreCache, cache_path, estimate_scores
-    from advrag.curation.mixing import needs_search
     from advrag.engines.generators import make_generator
     from advrag.engines.local.generation import pick_dtype
     from advrag.models.loading import load_policy
-    from advrag.recipes.ur2.recipe import load_summary_model
-    from advrag.retrieval.summary import make_summariser
 
-    section = config.curate
-    settings = {"metric": section.metric, "max_turns": config.max_turns, "topk": config.topk,
-                "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
-                "summary": config.summary.model_dump(mode="json", exclude={"cache_dir"})}
+    config, section = recipe.config, recipe.config.curate
+    settings = {"metric": section.metric, **recipe.curation_settings()}
     policy = load_policy(model_dir, dtype=pick_dtype("auto"))
     generator = make_generator(config.rollout_backend, policy.model, policy.tokenizer, model_dir,
                                temperature=config.temperature, batch_size=64,
                                compile_rollout=config.compile_rollout,
                                rollouts=len(records) * section.k)
-
-    summariser = make_summariser(config.summary, load_model=load_summary_model)
-
-    def rollout(batch):
-        return run_mixed_agent([r.question for r in batch], [needs_search(r) for r in batch],
-                               generator, retriever, max_turns=config.max_turns,
-                               topk=config.topk, max_new_tokens=config.max_new_tokens,
-                               summariser=summariser)
-
     cache = ScoreCache(cache_path(section.cache_dir, policy_hash, section.k, settings))
-    return estimate_scores(records, rollout, cache, k=section.k, metric=section.metric,
+    return estimate_scores(records, recipe.curation_agent(generator, retriever), cache,
+                           k=section.k, metric=section.metric,
                            batch_questions=section.batch_questions)
 
 

@@ -172,8 +172,9 @@ def curate(
         typer.echo(f"error: {config}: curate: is null — give a curate section to curate", err=True)
         raise typer.Exit(2)
     from advrag.flows.curate import curate_flow
+    from advrag.recipes.ur2 import UR2Recipe
 
-    curate_flow(cfg, policy=policy)
+    curate_flow(UR2Recipe(cfg), policy=policy)
 
 
 @app.command("discriminator-sft")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -110,6 +110,25 @@ class Recipe(ABC):
         """Take the curation's sample (``curated``) and its stage-1 questions; only a recipe
         whose ``upstream`` names curation is handed them."""
         raise NotImplementedError(f"recipe {self.name!r} takes no curation")
+
+    def curation_agent(self, generator: TextGenerator, retriever: Retriever
+                       ) -> Callable[[Sequence[QARecord]], list[Trajectory]]:
+        """One attempt of this recipe's agent at each of a batch of questions: what curation
+        scores a question's difficulty by (the Search-R1 loop with the config's budgets by
+        default)."""
+        from advrag.agents.search_loop import run_search_agent
+
+        c = self.config
+        return lambda batch: run_search_agent(
+            [r.question for r in batch], generator, retriever, max_turns=c.max_turns,
+            topk=c.topk, max_new_tokens=c.max_new_tokens)
+
+    def curation_settings(self) -> dict[str, Any]:
+        """What ``curation_agent``'s attempts depend on besides the policy (curation's cache
+        key): the agent, the loop's budgets and the sampling temperature."""
+        c = self.config
+        return {"agent": "search-r1", "max_turns": c.max_turns, "topk": c.topk,
+                "max_new_tokens": c.max_new_tokens, "temperature": c.temperature}
 
     def use_discriminator(self, adapter_dir: Path) -> None:
         """Take the SFT discriminator's adapter; only a recipe whose ``upstream`` names

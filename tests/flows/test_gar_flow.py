@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import mlflow
 import pytest
 import torch
@@ -79,3 +81,38 @@ def test_a_fixed_discriminator_needs_its_sft_adapter(tmp_path, tiny_policy_dir):
     cfg = config(tmp_path, tmp_path, tmp_path, tiny_policy_dir, discriminator="fixed")
     with pytest.raises(ValueError, match="discriminator-sft"):
         GarRecipe(cfg).build(str(tiny_policy_dir))
+
+
+def test_gar_with_ur2s_curation_in_front_trains_on_the_curated_sample(
+        prefect_server, tmp_path, monkeypatch, small_world_dir, small_index_dir, tiny_policy_dir):
+    """``curate:`` on a gar config: the curation subflow scores the training questions with
+    GAR's own agent (the Search-R1 loop) and the updates draw from its sample. The tiny policy
+    solves nothing, so every question scores 0: with the hard level from 0 up and a sample of
+    hard questions only, all four are kept (with the paper's levels none would be)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+    curate = {"k": 2, "questions": 4, "batch_questions": 2, "out_dir": tmp_path / "curated",
+              "cache_dir": tmp_path / "cache", "thresholds": {"easy": 0.8, "medium": 0.5, "hard": 0.0},
+              "ratio": {"hard": 1.0, "medium": 0.0, "easy": 0.0}}
+    recipe = GarRecipe(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir,
+                              steps=1, discriminator="none", curate=curate))
+    assert recipe.upstream() == ("curation",)
+    result = run_recipe(recipe, "rl", "gar")
+
+    client = mlflow.MlflowClient()
+    experiment = mlflow.get_experiment_by_name("gar-test").experiment_id
+    children = mlflow.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{result['run_id']}'",
+                                  output_format="list")
+    assert [run.info.run_name for run in children] == ["curate"]
+    (cache,) = (tmp_path / "cache").iterdir()
+    assert len(cache.read_text().splitlines()) == 4  # four questions, k = 2 attempts each
+    curated = [json.loads(line)["id"] for line in
+               (tmp_path / "curated" / "curated.jsonl").read_text().splitlines()]
+    questions = recipe.training_questions()
+    assert len(questions) > 4  # so the sample is a real subset
+    first_four = [r.id for r in questions[:4]]
+    assert sorted(curated) == sorted(first_four)
+    assert [r.id for r in recipe.curated] == curated
+    pool_flag = client.get_metric_history(result["run_id"], "uncurated_pool")
+    assert [m.value for m in pool_flag] == [0.0]
+    assert {r.id for r in recipe.batch(questions, 0)} <= set(curated)

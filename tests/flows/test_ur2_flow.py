@@ -59,10 +59,10 @@ def test_a_second_curation_with_the_same_policy_reuses_every_rollout(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
     cfg = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
-    first = curate_flow(cfg)
+    first = curate_flow(UR2Recipe(cfg))
     (cache,) = (tmp_path / "cache").iterdir()
     written = cache.read_text()
-    second = curate_flow(cfg)
+    second = curate_flow(UR2Recipe(cfg))
     assert cache.read_text() == written  # nothing rolled out again
     assert second["levels"] == first["levels"] and second["policy_hash"] == first["policy_hash"]
     assert len(written.splitlines()) == 4

@@ -1,8 +1,9 @@
-"""Methods composed beyond the papers: REX-RAG's probes inside GAR's reasoner rollouts
-(``exploration: {kind: rex}`` on a ``gar`` config). The composed update differs from plain
-GAR's exactly in the composed part: probes join the reasoner's groups, rewarded as GAR
-rewards any rollout, and their slices are judged; the policy's rollouts, rewards and
-judgments are GAR's own."""
+"""Methods composed beyond the papers, each differing from the plain recipe exactly in the
+composed part. REX-RAG's probes inside GAR's reasoner rollouts (``exploration: {kind: rex}``): probes
+join the reasoner's groups, rewarded as GAR rewards any rollout, and their slices are judged;
+the policy's rollouts, rewards and judgments are GAR's own. UR²'s curation in front
+(``curate:``) of GAR and of ARR: the updates draw their questions from the curated sample,
+scored by the recipe's own agent; the update on them is the recipe's own."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from fakes import CORPUS, KeywordRetriever
 from gar_fakes import RECORDS, CyclingGenerator, one_update
 
 from advrag.config import load_config
+from advrag.recipes.arr import ArrConfig, ArrRecipe
+from advrag.recipes.base import batch_for_step
+from advrag.recipes.curated import CurateSection
 from advrag.recipes.gar import GarConfig, GarRecipe
 from advrag.recipes.grpo import GrpoConfig
+from advrag.recipes.ur2 import UR2Config, UR2Recipe
 
 GAR = Path(__file__).resolve().parents[2] / "configs" / "gar.yaml"
 
@@ -131,3 +136,54 @@ def test_the_shipped_composition_is_gar_with_rex_rags_paper_settings():
                        "registered_discriminator"}
     assert composed["exploration"] == load_config(
         GAR.with_name("rex-rag.yaml"), GrpoConfig).model_dump()["exploration"]
+
+
+def test_curation_in_front_changes_the_questions_and_nothing_else():
+    curated = [RECORDS[1]] * 3  # the sample: q2 alone
+    composed = GarRecipe(gar().model_copy(update={"curate": CurateSection()}))
+    plain = GarRecipe(gar())
+    assert composed.upstream() == ("curation", "discriminator_sft")
+    assert plain.upstream() == ("discriminator_sft",)
+    assert composed.batch(RECORDS, 0) == plain.batch(RECORDS, 0)  # no sample yet: all questions
+    composed.use_curation(curated, stage1=[])
+    for step in range(4):
+        assert composed.batch(RECORDS, step) == batch_for_step(curated, step, 2, 0)
+        assert plain.batch(RECORDS, step) == batch_for_step(RECORDS, step, 2, 0)
+
+
+def test_curation_scores_with_each_recipes_own_agent():
+    gar_settings = GarRecipe(gar()).curation_settings()
+    ur2_settings = UR2Recipe(load_config(GAR.with_name("ur2.yaml"), UR2Config)).curation_settings()
+    assert gar_settings["agent"] == "search-r1" and ur2_settings["agent"] == "ur2-mixed"
+    assert "summary" in ur2_settings and "summary" not in gar_settings
+    # GAR's attempt is the Search-R1 loop: one trajectory per question, in order
+    attempt = GarRecipe(gar()).curation_agent(CyclingGenerator(), KeywordRetriever(CORPUS))
+    trajectories = attempt(RECORDS)
+    assert [t.answer for t in trajectories] == ["Paris", "Lyon"]
+
+
+def test_the_richest_shipped_composition_adds_curation_to_gar_rex():
+    richest = load_config(GAR.with_name("gar-rex-curated.yaml"), GarConfig).model_dump()
+    composed = load_config(GAR.with_name("gar-rex.yaml"), GarConfig).model_dump()
+    changed = {k for k, v in richest.items() if composed[k] != v}
+    assert changed == {"curate", "checkpoint_dir", "registered_reasoner",
+                       "registered_discriminator"}
+    assert richest["curate"]["ratio"] == {"hard": 7.0, "medium": 2.0, "easy": 1.0}
+
+
+def test_arr_with_curation_in_front_draws_from_the_sample_and_scores_by_its_dialogue():
+    arr = load_config(GAR.with_name("arr.yaml"), ArrConfig)
+    composed, plain = ArrRecipe(arr.model_copy(update={"curate": CurateSection()})), ArrRecipe(arr)
+    assert composed.upstream() == ("curation",) and plain.upstream() == ()
+    composed.use_curation([RECORDS[0]] * 3, stage1=[])
+    size, seed = arr.questions_per_step, arr.optim.seed
+    for step in range(3):
+        assert composed.batch(RECORDS, step) == batch_for_step([RECORDS[0]] * 3, step, size, seed)
+        assert plain.batch(RECORDS, step) == batch_for_step(RECORDS, step, size, seed)
+    assert composed.curation_settings()["agent"] == "arr-dialogue"
+    # one dialogue per question with one policy in both roles (three generate calls: the
+    # reasoners answer at once, the verifier checks, the Final Predictor answers); its answer
+    # is the Final Predictor's, the i-th prompt's scripted rollout: Paris, then Lyon
+    generator = CyclingGenerator()
+    finals = composed.curation_agent(generator, KeywordRetriever(CORPUS))(RECORDS)
+    assert [t.answer for t in finals] == ["Paris", "Lyon"] and len(generator.calls) == 3

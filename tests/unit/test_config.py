@@ -32,7 +32,7 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrCon
                             "ur2-long-warmup.yaml", "ur2-warmup-4epochs.yaml"],
                            UR2Config),
            **dict.fromkeys(["gar.yaml", "gar-no-disc.yaml", "gar-fixed-disc.yaml", "gar-rd-only.yaml",
-                            "gar-ra-only.yaml", "gar-rex.yaml", "gar-demo.yaml", "gar-nightly.yaml",
+                            "gar-ra-only.yaml", "gar-rex.yaml", "gar-rex-curated.yaml", "gar-demo.yaml", "gar-nightly.yaml",
                             "gar-tiny.yaml", "gar-untuned-critic.yaml"],
                            GarConfig),
            **dict.fromkeys(["pipeline.yaml", "pipeline-demo.yaml", "nightly.yaml", "nightly-gpu.yaml",

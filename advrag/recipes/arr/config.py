@@ -13,6 +13,7 @@ from advrag.config.engine import SFTConfig, TrainConfig
 from advrag.config.flows import BenchmarkConfig
 from advrag.config.rl import RLRunConfig, WarmupSection
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
+from advrag.recipes.curated import CurateSection
 
 ReasonerAction = Literal["think", "search", "verify", "answer"]
 VerifierAction = Literal["verify", "selected_doc", "response", "final_answer"]
@@ -71,6 +72,10 @@ class ArrConfig(RLRunConfig):
                                      description="Registry name (reasoner).")
     registered_verifier: str = Field("advrag-arr-verifier", min_length=1,
                                      description="Registry name (verifier).")
+    curate: CurateSection | None = Field(
+        None, description="UR²'s curation in front (beyond both papers): k dialogues per training "
+        "question by the start policy in both roles, scored by the Final Predictor's answer, "
+        "levels, and the 7:2:1 sample the updates draw from; null = the training questions.")
 
     @field_validator("pattern_scores")
     @classmethod

@@ -22,11 +22,12 @@ from advrag.agents.prompts import (
     arr_verifier_prompt,
 )
 from advrag.agents.types import Trajectory
-from advrag.common.types import Retriever
+from advrag.common.types import Retriever, TextGenerator
 from advrag.config import TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.arr.config import ArrConfig
 from advrag.recipes.base import Recipe, update_compiled
+from advrag.recipes.curated import Curated
 
 
 def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:
@@ -35,7 +36,7 @@ def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:
             "verifier": TrainConfig.model_validate(config.optim.model_dump() | config.verifier_optim)}
 
 
-class ArrRecipe(Recipe):
+class ArrRecipe(Curated, Recipe):
     """Reasoner ⇄ verifier, adversarial outcome reward and process-aware advantage."""
 
     name = "arr"
@@ -76,6 +77,28 @@ class ArrRecipe(Recipe):
         """The reasoner's and the verifier's first messages."""
         return arr_reasoner_prompt(question), arr_verifier_prompt(question)
 
+    def upstream(self) -> tuple[str, ...]:
+        """Curation, when the config curates."""
+        return self.curation_upstream()
+
+    def curation_agent(self, generator: TextGenerator, retriever: Retriever):
+        """ARR's attempt at a question: one dialogue with the start policy in both roles (as the
+        benchmark runs one policy), scored by the Final Predictor's answer."""
+        from advrag.agents.arr import run_arr_dialogue
+
+        c = self.config
+
+        def attempt(batch: Sequence[QARecord]) -> list[Trajectory]:
+            dialogues = run_arr_dialogue([r.question for r in batch], generator, generator,
+                                         retriever, max_turns=c.max_turns, topk=c.topk,
+                                         max_new_tokens=c.max_new_tokens)
+            return [d.final for d in dialogues]
+        return attempt
+
+    def curation_settings(self) -> dict:
+        """The loop's budgets, with ARR's dialogue as the agent."""
+        return super().curation_settings() | {"agent": "arr-dialogue"}
+
     def build(self, start_model: str) -> None:
         """Both agents (adapters on one base, or two models), their trainers and generators."""
         from advrag.engines.local import dual as d
@@ -115,7 +138,7 @@ class ArrRecipe(Recipe):
 
         result = arr_step(self.trainers, self.generators, retriever, records, self.config)
         self.traces.append(result.traces)
-        return result.metrics
+        return result.metrics | self.curation_metrics()
 
     def describe(self, metrics: dict[str, float]) -> str:
         """Both agents' mean reward and the update's seconds."""

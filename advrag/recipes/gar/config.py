@@ -15,6 +15,7 @@ from advrag.config.engine import AMX_ATTENTION, LoraSettings, SFTConfig, TrainCo
 from advrag.config.gar import JudgeSection
 from advrag.config.rl import RLRunConfig
 from advrag.curation.slicing import MIN_SLICE_TOKENS
+from advrag.recipes.curated import CurateSection
 from advrag.recipes.rex_rag.config import RexExploration
 
 
@@ -131,6 +132,10 @@ class GarConfig(RLRunConfig):
     malformed_penalty: float = Field(1.0, ge=0, description="Subtracted from a judgment with no "
                                      "verdict (its slice then scores 0).")
     reward_metric: Literal["em", "f1"] = Field("em", description="R_m: EM (paper) or F1 of the answer.")
+    curate: CurateSection | None = Field(
+        None, description="UR²'s curation in front (beyond both papers): k attempts per training "
+        "question by the start policy, levels, and the 7:2:1 sample the updates draw from; "
+        "null = the training questions as they are.")
     exploration: RexExploration | None = Field(
         None, description="REX-RAG's probes in the reasoner's rollouts ({kind: rex, ...}; beyond "
         "both papers): probes are judged and rewarded like any rollout, and the reasoner's "

@@ -26,6 +26,7 @@ from advrag.common.types import Retriever
 from advrag.config import ConfigError, TrainConfig
 from advrag.datasets.records import QARecord
 from advrag.recipes.base import Recipe, update_compiled
+from advrag.recipes.curated import Curated
 from advrag.recipes.gar.config import GarConfig
 from advrag.recipes.rex_rag.exploring import Exploring, probing_shape
 
@@ -33,7 +34,7 @@ JUDGED_SHOWN = 6  # slices in the run's judged_slices.png: half generated, half 
 _RATIONALE_RE = re.compile(r"rationale\s*[:\-]\s*(.*)", re.IGNORECASE | re.DOTALL)
 
 
-class GarRecipe(Exploring, Recipe):
+class GarRecipe(Curated, Exploring, Recipe):
     """Reasoner ⇄ slice discriminator; the discriminator is an agent only when it trains."""
 
     name = "gar"
@@ -56,9 +57,11 @@ class GarRecipe(Exploring, Recipe):
         self.slice_log: list[dict] = []  # P(yes) per slice kind, per update of this run
 
     def upstream(self) -> tuple[str, ...]:
-        """The discriminator's SFT, unless the config has no discriminator or an untuned one."""
+        """Curation when the config curates; the discriminator's SFT, unless the config has no
+        discriminator or an untuned one."""
         c = self.config
-        return ("discriminator_sft",) if c.discriminator != "none" and c.discriminator_sft else ()
+        sft = ("discriminator_sft",) if c.discriminator != "none" and c.discriminator_sft else ()
+        return self.curation_upstream() + sft
 
     def use_discriminator(self, adapter_dir: Path) -> None:
         """Start the discriminator from the SFT adapter in ``adapter_dir``."""
@@ -139,9 +142,10 @@ class GarRecipe(Exploring, Recipe):
         c = self.config
         pool = [s for r in records for s in self.reference_slices(r, retriever)]
         state = None if c.exploration is None else self.exploring_state(c.exploration)
-        return gar_step(self.trainers, self.generators, retriever, records, c,
-                        references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
-                        step=self.trainers.step, slice_log=self.slice_log, exploration=state)
+        metrics = gar_step(self.trainers, self.generators, retriever, records, c,
+                           references=pool, scorer=self.scorer, count_tokens=self.count_tokens,
+                           step=self.trainers.step, slice_log=self.slice_log, exploration=state)
+        return metrics | self.curation_metrics()
 
     def reference_slices(self, record: QARecord, retriever: Retriever) -> list:
         """The slices of ``record``'s grounded demonstration (none when it has no usable one)."""

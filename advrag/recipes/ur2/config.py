@@ -1,53 +1,18 @@
-"""The ``ur2`` recipe's settings: the single search agent's (``recipes.search_agent``), plus curation (``CurateSection``), the two
-stages, summaries and task mixing (UR² §3)."""
+"""The ``ur2`` recipe's settings: the single search agent's (``recipes.search_agent``), plus
+curation (``recipes.curated.CurateSection``, on by default), the two stages, summaries and task
+mixing (UR² §3)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from advrag.config.base import Strict
 from advrag.config.engine import TrainConfig
 from advrag.config.flows import SummaryConfig
+from advrag.recipes.curated import CurateSection
 from advrag.recipes.search_agent.config import SearchAgentConfig
-
-
-class CurateSection(Strict):
-    """UR²'s difficulty estimation and 7:2:1 sampling (§3.1.2); the paper's values are named."""
-
-    k: int = Field(4, ge=1, description="Rollouts per question (paper 20; each costs a whole "
-                   "agent rollout on this CPU).")
-    metric: Literal["em", "f1"] = Field("f1", description="Answer score averaged into s.")
-    thresholds: dict[Literal["easy", "medium", "hard"], Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=lambda: {"easy": 0.8, "medium": 0.5, "hard": 0.2},
-        description="Lowest score of each level; below hard's a question is filtered (paper's).",
-    )
-    ratio: dict[Literal["easy", "medium", "hard"], Annotated[float, Field(ge=0)]] = Field(
-        default_factory=lambda: {"hard": 7.0, "medium": 2.0, "easy": 1.0},
-        description="Hard:medium:easy of the sample (paper 7:2:1).",
-    )
-    questions: int | None = Field(None, ge=1, description="Score only the first N training "
-                                  "questions; null = all.")
-    sample_size: int | None = Field(None, ge=1, description="Questions in the curated sample; "
-                                    "null = as many as the ratio allows.")
-    batch_questions: int = Field(8, ge=1, description="Questions rolled out together (k each).")
-    ratio_tolerance: float = Field(0.05, ge=0, le=1, description="The gate's tolerance on each "
-                                   "level's share of the sample.")
-    out_dir: Path = Field(Path("processed/curated"), description="scores/curated/stage1 jsonl "
-                          "and summary.json go here.")
-    cache_dir: Path = Field(Path(".cache/advrag/curation"), description="Finished questions per "
-                            "(policy, k, rollout settings): a killed curation resumes from it.")
-    experiment: str = Field("advrag-curate", min_length=1, description="MLflow experiment name.")
-
-    @model_validator(mode="after")
-    def _levels_ordered(self) -> CurateSection:
-        """Thresholds fall from easy to hard and name all three levels."""
-        t = self.thresholds
-        if set(t) != {"easy", "medium", "hard"} or not t["easy"] > t["medium"] > t["hard"]:
-            raise ValueError(f"thresholds: give easy > medium > hard, got {dict(t)}")
-        return self
 
 
 class UR2Config(SearchAgentConfig):

@@ -106,6 +106,28 @@ class UR2Recipe(SearchAgentRecipe):
         """The world's training questions mixed with reasoning-only items (``mixed_questions``)."""
         return mixed_questions(self.config)
 
+    def curation_agent(self, generator: TextGenerator, retriever: Retriever):
+        """UR²'s attempt at a question: the search loop under UR²'s prompt for the items that
+        search, a direct answer for the reasoning-only ones; retrieval summarised as in
+        training (``summary``)."""
+        from advrag.agents.mixed import run_mixed_agent
+        from advrag.curation.mixing import needs_search
+        from advrag.retrieval.summary import make_summariser
+
+        c = self.config
+        summariser = make_summariser(c.summary, load_model=load_summary_model)
+        return lambda batch: run_mixed_agent(
+            [r.question for r in batch], [needs_search(r) for r in batch], generator, retriever,
+            max_turns=c.max_turns, topk=c.topk, max_new_tokens=c.max_new_tokens,
+            summariser=summariser)
+
+    def curation_settings(self) -> dict:
+        """The loop's, UR²'s mixed agent, and the summaries' settings (their cache directory
+        apart)."""
+        return super().curation_settings() | {
+            "agent": "ur2-mixed",
+            "summary": self.config.summary.model_dump(mode="json", exclude={"cache_dir"})}
+
     def use_curation(self, curated: Sequence[QARecord], stage1: Sequence[QARecord]) -> None:
         """Train stage 1 on the reasoning-only items among ``stage1`` (the filtered
         questions, ``stage1_pool``), stage 2 on ``curated``."""
