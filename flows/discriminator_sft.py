@@ -1,7 +1,7 @@
 """Flow `discriminator-sft`: GAR's discriminator SFT (§3, §4.1) on judge-labelled slices.
 
 grounded demonstrations of the training questions + corrupted copies → slices
-labelled by the configured judge (``judge:`` grounded, or an LLM behind an
+(or the set ``slices:`` names, gated again) labelled by the configured judge (``judge:`` grounded, or an LLM behind an
 OpenAI-compatible server whose malformed judgments are counted and dropped),
 balanced 1:1, split by question → GX gate
 (atomic write) → LoRA SFT of the adapter "discriminator" with early stopping on
@@ -44,8 +44,11 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
             tracking.tracked_run(config.experiment, "discriminator-sft", params=params,
                                  tags=tags, parent=parent) as run_id:
         policy, tokenizer = steps.load_discriminator(config, base)
-        rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
-        path = steps.write_and_gate(config, rows, heldout)
+        if config.slices is None:
+            rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
+            path = steps.write_and_gate(config, rows, heldout)
+        else:  # a set written before (its judge's counts were logged with it)
+            (rows, path), judged = steps.given_slice_set(config), {}
         slices_version = steps.slice_set_version(path)
         tracking.set_tags(run_id, {"data.slices.version": slices_version})
         steps.log_slice_set(run_id, path, rows, judged)

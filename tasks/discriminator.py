@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from prefect import task
@@ -80,6 +81,25 @@ def sampled_rollouts(config: DiscriminatorSFTConfig, policy, tokenizer, records:
 
 
 @task(cache_policy=NO_CACHE)
+def given_slice_set(config: DiscriminatorSFTConfig) -> tuple[list[dict], Path]:
+    """The slice set ``config.slices`` names, once it passes the GX gate ``write_and_gate``
+    puts a new one through: its rows and path."""
+    from advrag.curation.gates import DataGateError, validate_slice_file
+    from advrag.datasets.loaders import load_qa
+    from advrag.datasets.records import read_jsonl
+
+    path = Path(config.slices)
+    if not path.is_file():
+        raise FileNotFoundError(f"slices: {path} does not exist; write one with `advrag "
+                                "gar-slices`, or set slices: null to build the set")
+    heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
+    report = validate_slice_file(path, [r.to_json() for r in heldout])
+    if not report.ok:
+        raise DataGateError(f"slices: {path}\n{report.render()}")
+    return read_jsonl(path), path
+
+
+@task(cache_policy=NO_CACHE)
 def write_and_gate(config: DiscriminatorSFTConfig, rows: list[dict],
                    heldout: list[QARecord]) -> Path:
     """``out_dir/slices.jsonl``, replaced only if the GX gate passes and both splits have rows."""
@@ -116,7 +136,7 @@ def log_slice_set(run_id: str, path: Path, rows: list[dict], judged: dict[str, f
     tracking.log_metrics(run_id, {f"slices/{split}/{source}/{label}": n
                                   for (split, source, label), n in counts.items()}
                          | {f"judge/{k}": v for k, v in judged.items()})
-    tracking.log_artifacts(run_id, path.parent, "slices")
+    tracking.client().log_artifact(run_id, str(path), artifact_path=f"slices/{path.parent.name}")
 
 
 def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
@@ -165,7 +185,8 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
 
     Returns the best epoch (from 1), its held-out AUROC and loss, and the epochs run.
     The adapter goes to ``checkpoint_dir/adapter`` (atomically) whenever the
-    held-out AUROC improves, and is loaded back at the end.
+    held-out AUROC improves, and is loaded back at the end. Each finished epoch is kept in
+    ``checkpoint_dir/sft-progress`` until the SFT ends, so a killed run resumes after it.
     """
     from advrag.common.fileio import atomic_dir
     from advrag.engines.local.generation import HFGenerator
@@ -201,13 +222,16 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
         print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out AUROC {scores['auroc']:.3f}, "
               f"loss {scores['loss']:.4f}")
 
+    progress = config.checkpoint_dir / "sft-progress"  # a killed run's epochs; gone once it ends
     stopping = EarlyStopping(measure, "auroc", config.patience, save,
-                             lambda: policy.load_weights(adapter), logged)
-    return early_stopped_finetune(
+                             lambda: policy.load_weights(adapter), logged, progress)
+    result = early_stopped_finetune(
         policy, tokenizer, train, config.sft, stopping, setting="sft.max_seq_len",
         label="discriminator SFT", what="judge examples",
         on_step=lambda step, m: tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in
                                                               m.items()}, step=step))
+    shutil.rmtree(progress, ignore_errors=True)
+    return result
 
 
 @task(cache_policy=NO_CACHE)

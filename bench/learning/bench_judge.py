@@ -11,12 +11,15 @@ on the held-out AUROC and measures the kept epoch on the held-out slices. Writes
 ``bench/results/judge-<name>.json``: the held-out measures over all slices and per source
 (demonstration, corrupted, rollout), the slice counts per split and source, each epoch's held-out
 AUROC and loss, and the passages the evidence cap left out. The protocol and its targets are in
-``docs/gar-experiments.md``.
+``docs/gar-experiments.md``. Resumable: the labelled slice set is built once
+(``.cache/advrag/judge/<name>/slices``) and each finished SFT epoch is kept until the SFT ends,
+so a rerun of the same command goes on where a killed one stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,6 +43,26 @@ def judge_config(args: argparse.Namespace) -> DiscriminatorSFTConfig:
         "checkpoint_dir": ROOT / ".cache/advrag/judge" / args.name,
         "out_dir": ROOT / ".cache/advrag/judge" / args.name / "slices",
         "experiment": "advrag-bench-judge"})
+
+
+def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace) -> Path:
+    """The run's labelled slice set, built once (the ``gar-slices`` flow, from ``--start``) and
+    reused by a rerun of the same arguments, so a killed run does not label again; refused when
+    it was made with other ones."""
+    from advrag.flows.discriminator_sft import gar_slices
+
+    made = {"start": args.start, **config.model_dump(mode="json", exclude={
+        "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
+        "registered_model"})}  # what the slices depend on
+    path, marker = config.out_dir / "slices.jsonl", config.out_dir / "made-with.json"
+    if path.is_file() and marker.is_file():
+        if json.loads(marker.read_text()) != made:
+            raise SystemExit(f"{config.out_dir} holds slices made with {marker.read_text()}; "
+                             "use another --name or delete it")
+        return path
+    gar_slices(config, base=args.start)
+    marker.write_text(json.dumps(made) + "\n")
+    return path
 
 
 def epoch_history(run_id: str) -> list[dict[str, float]]:
@@ -74,7 +97,8 @@ def main() -> None:
     from advrag.flows.discriminator_sft import discriminator_sft
 
     config = judge_config(args)
-    result = discriminator_sft(config, base=args.start)
+    result = discriminator_sft(config.model_copy(update={"slices": slice_set(config, args)}),
+                               base=args.start)
     rows = list(read_jsonl(result["slices"]))
     command = (f"python bench/learning/bench_judge.py --start {args.start} --name {args.name} "
                + (f"--questions {args.questions} " if args.questions else "")

@@ -100,6 +100,57 @@ def test_early_stopping_keeps_the_best_epoch_and_ends_after_its_patience(tiny_po
         early_stopped_finetune(policy, tokenizer, [], SFTConfig(), stopping, what="judge examples")
 
 
+class Killed(Exception):
+    """Stands in for the process dying mid-run."""
+
+
+def _stopping(scores, calls, progress_dir) -> EarlyStopping:
+    def measure():
+        score = next(scores)
+        if score is None:
+            raise Killed
+        return {"auroc": score, "loss": 1.0}
+    return EarlyStopping(measure=measure, key="auroc", patience=2,
+                         save=lambda: calls.append("save"), restore=lambda: calls.append("restore"),
+                         on_epoch=lambda epoch, s: calls.append((epoch, s["auroc"])),
+                         progress_dir=progress_dir)
+
+
+def test_a_killed_run_resumes_after_its_last_finished_epoch(tiny_policy_dir, tmp_path):
+    config = SFTConfig(lr=1e-2, epochs=4, batch_size=2)
+    whole, tokenizer = _policy(tiny_policy_dir)  # the run that is never killed
+    early_stopped_finetune(whole, tokenizer, _demos(), config,
+                           _stopping(iter([0.5, 0.7, 0.8, 0.9]), [], None))
+
+    progress = tmp_path / "progress"
+    killed, _ = _policy(tiny_policy_dir)
+    with pytest.raises(Killed):  # dies measuring epoch 3, after epochs 1 and 2 were kept
+        early_stopped_finetune(killed, tokenizer, _demos(), config,
+                               _stopping(iter([0.5, 0.7, None]), [], progress))
+    resumed, _ = _policy(tiny_policy_dir)  # a fresh process: the start's weights again
+    calls, steps = [], []
+    result = early_stopped_finetune(resumed, tokenizer, _demos(), config,
+                                    _stopping(iter([0.8, 0.9]), calls, progress),
+                                    on_step=lambda step, m: steps.append(step))
+    # the kept epochs are logged again, then epochs 3 and 4 train (steps 4–7) and improve
+    assert calls == [(0, 0.5), (1, 0.7), (2, 0.8), "save", (3, 0.9), "save", "restore"]
+    assert steps == [4, 5, 6, 7]
+    assert result["best_epoch"] == 4.0 and result["epochs_run"] == 4.0
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)  # as if never killed: weights and optimizer state put back
+
+
+def test_progress_of_other_examples_is_refused(tiny_policy_dir, tmp_path):
+    config, progress = SFTConfig(lr=1e-2, epochs=2, batch_size=2), tmp_path / "progress"
+    policy, tokenizer = _policy(tiny_policy_dir)
+    with pytest.raises(Killed):
+        early_stopped_finetune(policy, tokenizer, _demos(), config,
+                               _stopping(iter([0.5, None]), [], progress))
+    with pytest.raises(ValueError, match="progress of another run"):
+        early_stopped_finetune(policy, tokenizer, _demos()[:3], config,
+                               _stopping(iter([0.5]), [], progress))
+
+
 def test_no_demonstrations_is_a_clear_error(tiny_policy_dir):
     policy, tokenizer = _policy(tiny_policy_dir)
     with pytest.raises(ValueError, match="no demonstrations"):

@@ -89,6 +89,29 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
     assert all(torch.allclose(merged[k], exported[k], atol=1e-6) for k in merged)
 
 
+def test_a_slice_set_written_before_is_trained_on_as_it_is(
+        prefect_server, tmp_path, monkeypatch, small_world_dir, small_index_dir, tiny_policy_dir):
+    """``slices:`` names a set `gar-slices` wrote: the SFT gates and trains on it, builds and
+    writes none, and tags the run with its version."""
+    from advrag.flows.discriminator_sft import gar_slices
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.default_uri(tmp_path / "ml"))
+    cfg = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
+    written = Path(gar_slices(cfg)["slices"])
+    given = cfg.model_copy(update={"slices": written, "out_dir": tmp_path / "not-written"})
+    result = discriminator_sft(given)
+    assert result["slices"] == str(written) and not (tmp_path / "not-written").exists()
+    version = hashlib.sha256(written.read_bytes()).hexdigest()
+    run = mlflow.MlflowClient().get_run(result["run_id"])
+    assert run.data.tags["data.slices.version"] == version
+    held = [r for r in map(json.loads, written.read_text().splitlines()) if r["split"] == "heldout"]
+    assert result["metrics"]["n"] == len(held)
+    assert tracking.list_artifacts(result["run_id"], "slices") == ["slices/slices"]
+    with pytest.raises(FileNotFoundError, match="slices: .*advrag gar-slices"):
+        discriminator_sft(given.model_copy(update={"slices": tmp_path / "missing.jsonl"}))
+
+
 def assert_the_cli_writes_the_same_slices(cfg: DiscriminatorSFTConfig, tmp_path, flow_file):
     """`advrag gar-slices` (the DVC stage's command) on the same config writes the same bytes."""
     import yaml

@@ -9,20 +9,24 @@ AdamW update with gradient clipping. bf16 autocast follows the policy.
 
 With ``EarlyStopping`` the epochs run one at a time: after each, a held-out measure
 scores the policy; the best epoch's weights are kept (``save``), ``patience`` epochs without
-a better score end the run, and the best weights are put back (``restore``).
+a better score end the run, and the best weights are put back (``restore``). With its
+``progress_dir``, each finished epoch is kept there too, and a killed run resumes after it.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from advrag.agents.types import Trajectory
 from advrag.common import console
+from advrag.common.fileio import atomic_dir
 from advrag.config.engine import SFTConfig
 from advrag.engines.local.logprobs import micro_batches
 from advrag.engines.local.policy import TrainablePolicy, adamw
@@ -75,7 +79,10 @@ class EarlyStopping:
         patience: epochs without a higher ``key`` before the run ends.
         save: keeps the current weights as the best (an atomic write).
         restore: puts the best weights back at the end.
-        on_epoch: called with ``(epoch, scores)`` after each measure (logging).
+        on_epoch: called with ``(epoch, scores)`` after each measure (logging); on a resumed
+            run, first for each epoch the killed run had finished.
+        progress_dir: where each finished epoch leaves the weights, the optimizer and the
+            scores so far (atomically), and where a killed run resumes from; None = no resume.
     """
 
     measure: Callable[[], dict[str, float]]
@@ -84,6 +91,7 @@ class EarlyStopping:
     save: Callable[[], None]
     restore: Callable[[], None]
     on_epoch: Callable[[int, dict[str, float]], None] | None = None
+    progress_dir: Path | None = None
 
 
 def supervised_finetune(
@@ -120,28 +128,83 @@ def early_stopped_finetune(
     what: str = "examples",
 ) -> dict[str, float]:
     """Fine-tune ``policy`` on ``examples`` epoch by epoch against ``stopping``'s held-out
-    measure (module docstring); the best epoch (from 1), its scores and the epochs run."""
+    measure (module docstring); the best epoch (from 1), its scores and the epochs run. With
+    ``stopping.progress_dir`` a killed run goes on after the last epoch it finished."""
     optimizer = _prepared(policy, tokenizer, examples, config, setting, what)
-    best, best_epoch, epoch, step = {stopping.key: -math.inf}, 0, 0, 0
-    with console.progress(label, len(examples) * config.epochs, what) as bar:
-        for epoch in range(config.epochs):
+    digest = examples_digest(examples)
+    history = resumed_epochs(stopping.progress_dir, policy, optimizer, digest, config)
+    for epoch, scores in enumerate(history):
+        if stopping.on_epoch is not None:
+            stopping.on_epoch(epoch, scores)
+    per_epoch = len(batches_of(len(examples), config.model_copy(update={"epochs": 1})))
+    with console.progress(label, len(examples) * config.epochs, what,
+                          initial=len(examples) * len(history)) as bar:
+        while len(history) < config.epochs and not patience_spent(history, stopping):
+            epoch = len(history)
             one = config.model_copy(update={"epochs": 1, "seed": config.seed + epoch})
-            step += len(_run_steps(policy, optimizer, tokenizer, examples,
-                                   batches_of(len(examples), one), one, bar, on_step,
-                                   first=step))
+            _run_steps(policy, optimizer, tokenizer, examples, batches_of(len(examples), one),
+                       one, bar, on_step, first=per_epoch * epoch)
             scores = stopping.measure()
             bar.set_postfix_str(f"held-out {stopping.key} {scores[stopping.key]:.3f}",
                                 refresh=False)
             if stopping.on_epoch is not None:
                 stopping.on_epoch(epoch, scores)
-            if scores[stopping.key] > best[stopping.key]:
-                best, best_epoch = scores, epoch
+            if not history or scores[stopping.key] > max(h[stopping.key] for h in history):
                 stopping.save()
-            elif epoch - best_epoch >= stopping.patience:
-                break
+            history.append(scores)
+            save_progress(stopping.progress_dir, policy, optimizer, history, digest, config)
     stopping.restore()
-    return {"best_epoch": float(best_epoch + 1), "epochs_run": float(epoch + 1),
-            **{f"heldout_{k}": v for k, v in best.items()}}
+    best_epoch = best_of(history, stopping.key)
+    return {"best_epoch": float(best_epoch + 1), "epochs_run": float(len(history)),
+            **{f"heldout_{k}": v for k, v in history[best_epoch].items()}}
+
+
+def best_of(history: Sequence[dict[str, float]], key: str) -> int:
+    """The first epoch with the highest ``key``."""
+    return max(range(len(history)), key=lambda e: (history[e][key], -e))
+
+
+def patience_spent(history: Sequence[dict[str, float]], stopping: EarlyStopping) -> bool:
+    """``patience`` epochs have passed without a higher score than the best one's."""
+    return bool(history) and len(history) - 1 - best_of(history, stopping.key) >= stopping.patience
+
+
+def examples_digest(examples: Sequence[Trajectory]) -> str:
+    """SHA-256 of the examples' texts, in order: what a resumed run must train on again."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(example.text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def save_progress(directory: Path | None, policy: TrainablePolicy, optimizer, history: list,
+                  examples: str, config: SFTConfig) -> None:
+    """The finished epochs' weights, optimizer state and scores, swapped in atomically."""
+    if directory is None:
+        return
+    with atomic_dir(directory) as tmp:
+        policy.save_weights(tmp / "weights")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "progress.json").write_text(json.dumps(
+            {"history": history, "examples": examples, "config": config.model_dump(mode="json")},
+            indent=1))
+
+
+def resumed_epochs(directory: Path | None, policy: TrainablePolicy, optimizer, examples: str,
+                   config: SFTConfig) -> list[dict[str, float]]:
+    """The scores of the epochs a killed run finished, its weights and optimizer put back
+    (none without ``directory`` or its progress); refused if made with other settings."""
+    marker = None if directory is None else Path(directory) / "progress.json"
+    if marker is None or not marker.is_file():
+        return []
+    saved = json.loads(marker.read_text())
+    if saved["examples"] != examples or saved["config"] != config.model_dump(mode="json"):
+        raise ValueError(f"{directory} holds the SFT progress of another run (other examples "
+                         "or settings); delete it to start afresh")
+    policy.load_weights(Path(directory) / "weights")
+    optimizer.load_state_dict(torch.load(Path(directory) / "optimizer.pt"))
+    print(f"resuming SFT after epoch {len(saved['history'])} ({directory})")
+    return saved["history"]
 
 
 def _prepared(policy, tokenizer, examples, config: SFTConfig, setting: str, what: str):

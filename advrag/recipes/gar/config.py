@@ -68,6 +68,9 @@ class DiscriminatorSFTConfig(Strict):
     index_dir: Path = Field(Path("processed/index"), description="Dense index from `dvc repro`.")
     out_dir: Path = Field(Path("processed/gar_slices"), description="The slice set "
                           "(slices.jsonl) is written here, behind its GX gate.")
+    slices: Path | None = Field(None, description="Train on this labelled slice set (a "
+                                "slices.jsonl written before, e.g. by `advrag gar-slices`), "
+                                "gated again, instead of building one; null = build it.")
     checkpoint_dir: Path = Field(Path(".cache/advrag/checkpoints/discriminator"),
                                  description="The adapter (adapter/) and merged model (model/).")
     experiment: str = Field("advrag-discriminator", min_length=1,
