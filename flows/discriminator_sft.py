@@ -45,7 +45,7 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
                                  tags=tags, parent=parent) as run_id:
         policy, tokenizer = steps.load_discriminator(config, base)
         if config.slices is None:
-            rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
+            rows, heldout, judged = steps.slice_set(config, policy, tokenizer, base)
             path = steps.write_and_gate(config, rows, heldout)
         else:  # a set written before (its judge's counts were logged with it)
             (rows, path), judged = steps.given_slice_set(config), {}
@@ -75,8 +75,9 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
 def gar_slices(config: DiscriminatorSFTConfig, base: str | None = None) -> dict:
     """The discriminator's slice set alone, exactly as ``discriminator_sft`` writes it (same
     tasks, same base): ``out_dir/slices.jsonl`` behind its GX gate; its path and version."""
-    policy, tokenizer = steps.load_discriminator(config, base or config.model)
-    rows, heldout, judged = steps.slice_set(config, policy, tokenizer)
+    base = base or config.model
+    policy, tokenizer = steps.load_discriminator(config, base)
+    rows, heldout, judged = steps.slice_set(config, policy, tokenizer, base)
     path = steps.write_and_gate(config, rows, heldout)
     version = steps.slice_set_version(path)
     print(f"{len(rows)} slices → {path} (version {version[:12]})", judged or "")

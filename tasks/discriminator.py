@@ -32,10 +32,11 @@ def load_discriminator(config: DiscriminatorSFTConfig, base: str) -> tuple:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=3)
-def slice_set(config: DiscriminatorSFTConfig, policy,
-              tokenizer) -> tuple[list[dict], list[QARecord], dict[str, float]]:
+def slice_set(config: DiscriminatorSFTConfig, policy, tokenizer,
+              base: str) -> tuple[list[dict], list[QARecord], dict[str, float]]:
     """The labelled slice rows of the training questions, the dev/test records, and
-    the judge's counts (``judge_counts``: slices, labelled, malformed by reason; {} if grounded)."""
+    the judge's counts (``judge_counts``: slices, labelled, malformed by reason; {} if grounded).
+    ``base`` is the start policy ``policy`` wraps (its rollouts' cache is named by it)."""
     from advrag.curation.demonstrations import build_demonstrations
     from advrag.curation.gar_data import build_slice_set, read_lexicon
     from advrag.curation.gar_llm_judge import judge_counts, make_slice_judge
@@ -54,29 +55,69 @@ def slice_set(config: DiscriminatorSFTConfig, policy,
     rows = build_slice_set(records, demos, lexicon, token_counter(tokenizer),
                            max_tokens=config.max_slice_tokens, seed=config.seed,
                            heldout_fraction=config.heldout_fraction, judge=judge,
-                           rollouts=sampled_rollouts(config, policy, tokenizer, records, retriever))
+                           rollouts=sampled_rollouts(config, policy, tokenizer, records, retriever,
+                                                     rollout_cache(config, base)))
     heldout = [r for split in ("dev", "test") for r in load_qa(config.world_dir / f"{split}.jsonl")]
     return rows, heldout, judge_counts(judge)
 
 
+def rollout_cache(config: DiscriminatorSFTConfig, base: str) -> Path:
+    """Where the rollouts to label are kept as they come: named by the start policy's weights
+    and every setting they depend on, so only the same rollouts are ever read back."""
+    import json
+
+    from advrag.curation.curate import policy_fingerprint
+    from advrag.models.loading import resolve_model_dir
+
+    settings = {"policy": policy_fingerprint(resolve_model_dir(base)),
+                **config.model_dump(mode="json", include={
+                    "rollouts", "rollout_max_new_tokens", "max_turns", "topk", "questions",
+                    "world_dir", "index_dir"})}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return config.checkpoint_dir / "rollouts" / f"{digest}.jsonl"
+
+
+def kept_rows(cache: Path) -> list[dict]:
+    """The whole rows of ``cache`` (none when it is not there); a last line a killed write
+    left unfinished is cut off the file."""
+    import json
+
+    if not cache.is_file():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        return []
+    text = cache.read_text()
+    whole = text[:text.rfind("\n") + 1]
+    if whole != text:
+        cache.write_text(whole)
+    return [json.loads(line) for line in whole.splitlines()]
+
+
 def sampled_rollouts(config: DiscriminatorSFTConfig, policy, tokenizer, records: list[QARecord],
-                     retriever) -> list:
+                     retriever, cache: Path) -> list:
     """``config.rollouts`` Search-R1 rollouts of each record sampled from ``policy`` before its
-    SFT (its adapter is still zero: the base, i.e. the start policy), temperature 1."""
+    SFT (its adapter is still zero: the base, i.e. the start policy), temperature 1. Each batch
+    is appended to ``cache`` as it finishes; a killed run reads them back and samples the rest."""
+    import json
+
     from advrag.agents.search_loop import run_search_agent
+    from advrag.agents.types import Trajectory
     from advrag.engines.local.dual import agent_generator
 
     if not config.rollouts:
         return []
     generator = agent_generator(policy, tokenizer, temperature=1.0, batch_size=32)
     questions = [r.question for r in records for _ in range(config.rollouts)]
-    with console.progress("rollouts to label", len(questions), "rollouts") as bar:
-        out = []
-        for start in range(0, len(questions), 32):
-            out += run_search_agent(questions[start:start + 32], generator, retriever,
-                                    max_turns=config.max_turns, topk=config.topk,
-                                    max_new_tokens=config.rollout_max_new_tokens)
-            bar.update(len(questions[start:start + 32]))
+    out = [Trajectory.from_json(row) for row in kept_rows(cache)]
+    with console.progress("rollouts to label", len(questions), "rollouts", initial=len(out)) as bar, \
+            open(cache, "a") as kept:
+        for start in range(len(out), len(questions), 32):
+            batch = run_search_agent(questions[start:start + 32], generator, retriever,
+                                     max_turns=config.max_turns, topk=config.topk,
+                                     max_new_tokens=config.rollout_max_new_tokens)
+            kept.write("".join(json.dumps(t.to_json()) + "\n" for t in batch))
+            kept.flush()
+            out += batch
+            bar.update(len(batch))
     return out
 
 

@@ -11,6 +11,7 @@ behaviour probability in the policy correction.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -62,6 +63,17 @@ class Trajectory:
     def add(self, text: str, source: Source) -> None:
         if text:
             self.segments.append(Segment(text, source))
+
+    def to_json(self) -> dict:
+        """Every field, as JSON values (``from_json`` reads it back equal)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict) -> Trajectory:
+        """The trajectory ``to_json`` wrote."""
+        return cls(**{**row, "segments": [Segment(**s) for s in row["segments"]],
+                      "search_ids": [tuple(ids) for ids in row["search_ids"]],
+                      "probe": None if row["probe"] is None else ProbeOrigin(**row["probe"])})
 
     @property
     def text(self) -> str:

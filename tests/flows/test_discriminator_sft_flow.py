@@ -164,3 +164,28 @@ def yaml_stages() -> dict:
     import yaml
 
     return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def test_rollouts_to_label_resume_from_their_cache(tmp_path, small_world_dir, small_index_dir,
+                                                   tiny_policy_dir):
+    """A killed labelling run left 5 whole rollouts and half a line: the rerun keeps those 5,
+    cuts the half line and samples the other 7 (12 questions, 1 rollout each)."""
+    from advrag.agents.types import Trajectory
+    from advrag.datasets.loaders import load_qa
+    from advrag.retrieval.retriever import load_retriever
+    from advrag.tasks import discriminator as steps
+
+    cfg = config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir)
+    policy, tokenizer = steps.load_discriminator.fn(cfg, str(tiny_policy_dir))
+    records = load_qa(cfg.world_dir / "train.jsonl")[:cfg.questions]
+    retriever = load_retriever(cfg.index_dir, kind="dense")
+    cache = steps.rollout_cache(cfg, str(tiny_policy_dir))
+    first = steps.sampled_rollouts(cfg, policy, tokenizer, records, retriever, cache)
+    assert len(first) == 12 and len(cache.read_text().splitlines()) == 12
+    lines = cache.read_text().splitlines(keepends=True)
+    cache.write_text("".join(lines[:5]) + lines[5][:40])  # killed while writing the sixth
+    again = steps.sampled_rollouts(cfg, policy, tokenizer, records, retriever, cache)
+    assert [t.to_json() for t in again[:5]] == [t.to_json() for t in first[:5]]
+    assert len(again) == 12 and len(cache.read_text().splitlines()) == 12
+    assert all(isinstance(t, Trajectory) and t.segments for t in again)
+    assert steps.rollout_cache(cfg.model_copy(update={"rollouts": 2}), str(tiny_policy_dir)) != cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 
 from advrag.agents.baselines import answer_cot, answer_naive_rag, extract_answer
@@ -216,3 +218,16 @@ def test_summary_and_raw_documents_share_one_summariser_call():
     assert (hamlet.answer, france.answer) == ("William Shakespeare", "Paris")
     assert (hamlet.fallbacks, france.fallbacks) == (0, 0)
     assert (summariser.stats.summaries, summariser.stats.raw_fallbacks) == (1, 1)
+
+
+def test_a_trajectory_reads_back_from_json_equal():
+    from advrag.agents.types import ProbeOrigin, Trajectory
+
+    t = Trajectory(answer="Paris", n_searches=1, queries=["capital of France"],
+                   search_ids=[("p1", "p2")], retrieved_ids=["p1", "p2"],
+                   probe=ProbeOrigin(origin=3, segment=2, prompt=7))
+    t.add("<|user|>Q", "prompt")
+    t.add("<search> capital of France </search>", "policy")
+    t.add("<information>Paris</information>", "env")
+    back = Trajectory.from_json(json.loads(json.dumps(t.to_json())))
+    assert back == t
