@@ -191,7 +191,17 @@ def score_dialogue(
 
 def verifier_checks(dialogues: Sequence[Dialogue], scores: Sequence[DialogueScore]
                     ) -> dict[str, float]:
-    """How the verifier's ``<final_answer>`` treats the reasoner's answer, by EM.
+    """How the verifier's ``<final_answer>`` treats the reasoner's answer, by EM
+    (``answer_checks`` of each dialogue's two answers; ``scores`` hold their EM)."""
+    return answer_checks([d.reasoner_answer for d in dialogues],
+                         [d.verifier_answer for d in dialogues],
+                         [s.em_reasoner >= 1 for s in scores], [s.em_verifier >= 1 for s in scores])
+
+
+def answer_checks(reasoner: Sequence[str | None], verifier: Sequence[str | None],
+                  reasoner_right: Sequence[bool], verifier_right: Sequence[bool]
+                  ) -> dict[str, float]:
+    """How a verifier's answers treat a reasoner's, one pair per dialogue.
 
     Of the dialogues whose reasoner answer is wrong (EM 0, a missing answer included):
     ``flagged_wrong``, the share where the verifier gave an answer other than the reasoner's,
@@ -199,16 +209,16 @@ def verifier_checks(dialogues: Sequence[Dialogue], scores: Sequence[DialogueScor
     answer is right: ``confirmed_right``, the share where the verifier's is right too. Each
     comes with its count (``n_wrong``, ``n_right``); a rate over no dialogue is left out.
     """
-    wrong = [(d, s) for d, s in zip(dialogues, scores, strict=True) if s.em_reasoner < 1]
-    right = [s for s in scores if s.em_reasoner >= 1]
+    pairs = list(zip(reasoner, verifier, reasoner_right, verifier_right, strict=True))
+    wrong = [(r, v, v_ok) for r, v, r_ok, v_ok in pairs if not r_ok]
+    right = [v_ok for _, _, r_ok, v_ok in pairs if r_ok]
     out = {"n_wrong": float(len(wrong)), "n_right": float(len(right))}
     if wrong:
-        out["flagged_wrong"] = sum(
-            d.verifier_answer is not None and (d.reasoner_answer is None or not exact_match(
-                d.verifier_answer, [d.reasoner_answer])) for d, _ in wrong) / len(wrong)
-        out["corrected_wrong"] = sum(s.em_verifier >= 1 for _, s in wrong) / len(wrong)
+        out["flagged_wrong"] = sum(v is not None and (r is None or not exact_match(v, [r]))
+                                   for r, v, _ in wrong) / len(wrong)
+        out["corrected_wrong"] = sum(v_ok for _, _, v_ok in wrong) / len(wrong)
     if right:
-        out["confirmed_right"] = sum(s.em_verifier >= 1 for s in right) / len(right)
+        out["confirmed_right"] = sum(right) / len(right)
     return out
 
 

@@ -46,6 +46,9 @@ class MethodOutput:
     """The search queries, in order."""
     retrieved_ids: tuple[tuple[str, ...], ...] = ()
     """The passage ids each search returned, in order."""
+    agent_answers: tuple[tuple[str, str | None], ...] = ()
+    """Each agent's own answer where a method has several (ARR: the reasoner's ``<answer>``
+    and the verifier's ``<final_answer>``), as ``(agent, answer)`` pairs."""
 
 
 class RecordingRetriever:
@@ -133,6 +136,7 @@ def run_arr(questions, generators: Generators, retriever, s) -> list[MethodOutpu
             cut_turns=d.reasoner.cut_turns + d.verifier.cut_turns + d.final.cut_turns,
             queries=tuple(step.query for step in d.steps),
             retrieved_ids=tuple(tuple(step.doc_ids) for step in d.steps),
+            agent_answers=(("reasoner", d.reasoner_answer), ("verifier", d.verifier_answer)),
         )
         for d in dialogues
     ]

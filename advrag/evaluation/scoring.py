@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from advrag.agents.arr_scoring import answer_checks
 from advrag.core.metrics import (
     bootstrap_ci,
     exact_match,
@@ -33,9 +34,19 @@ def score_rows(records: Sequence[QARecord], outputs: Sequence[MethodOutput]) -> 
             "n_searches": out.n_searches, "format_errors": out.format_errors,
             "cut_turns": out.cut_turns, "kind": question_kind(record),
             "queries": list(out.queries), "retrieved_ids": [list(ids) for ids in out.retrieved_ids],
-            **hop_behaviour(record, out), "transcript": out.transcript,
+            **hop_behaviour(record, out), **agent_scores(record, out),
+            "transcript": out.transcript,
         })
     return rows
+
+
+def agent_scores(record: QARecord, out: MethodOutput) -> dict[str, dict]:
+    """Where the method has several agents: each one's answer and its EM (``agents``)."""
+    if not out.agent_answers:
+        return {}
+    return {"agents": {agent: {"answer": answer,
+                               "em": exact_match(answer, record.golden_answers)}
+                       for agent, answer in out.agent_answers}}
 
 
 def hop_behaviour(record: QARecord, out: MethodOutput) -> dict[str, list[bool]]:
@@ -66,7 +77,20 @@ def summarize(rows: Sequence[dict], seed: int = 0) -> dict[str, float]:
         flags = [flag for r in rows for flag in r.get(key, [])]
         if flags:
             summary[name] = float(np.mean(flags))
-    return summary
+    return summary | verifier_summary(rows)
+
+
+def verifier_summary(rows: Sequence[dict]) -> dict[str, float]:
+    """For a method with a reasoner and a verifier (ARR): how the verifier's answer treats the
+    reasoner's over the questions (``agents.arr_scoring.answer_checks``), as ``verifier/…``."""
+    pairs = [r["agents"] for r in rows if {"reasoner", "verifier"} <= set(r.get("agents", {}))]
+    if not pairs:
+        return {}
+    checks = answer_checks([p["reasoner"]["answer"] for p in pairs],
+                           [p["verifier"]["answer"] for p in pairs],
+                           [p["reasoner"]["em"] >= 1 for p in pairs],
+                           [p["verifier"]["em"] >= 1 for p in pairs])
+    return {f"verifier/{k}": v for k, v in checks.items()}
 
 
 def kind_metrics(rows: Sequence[dict], seed: int = 0) -> dict[str, float]:

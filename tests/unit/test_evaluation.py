@@ -110,3 +110,26 @@ def test_gar_curves_draw_the_four_reward_terms_and_skip_what_was_not_logged():
     assert [line.get_label() for line in discriminator.lines] == ["R_d (GAN term)",
                                                                   "R_a (alignment)"]
     assert len(judge.lines) == 0  # no P(yes) or accuracy was logged
+
+
+def test_the_benchmark_reports_how_arrs_verifier_treats_the_reasoners_answers():
+    from advrag.datasets.records import QARecord
+    from advrag.evaluation.methods import MethodOutput
+    from advrag.evaluation.scoring import score_rows, summarize
+
+    records = [QARecord(f"q{i}", "Who wrote Hamlet?", ["William Shakespeare"]) for i in range(4)]
+    pairs = [("Marlowe", "William Shakespeare"),   # wrong, flagged and corrected
+             ("Marlowe", "Marlowe"),               # wrong, kept: not flagged
+             ("William Shakespeare", "William Shakespeare"),  # right, confirmed
+             ("William Shakespeare", "Bacon")]     # right, overturned
+    outputs = [MethodOutput(prediction=v, transcript="",
+                            agent_answers=(("reasoner", r), ("verifier", v))) for r, v in pairs]
+    rows = score_rows(records, outputs)
+    assert rows[0]["agents"] == {"reasoner": {"answer": "Marlowe", "em": 0.0},
+                                 "verifier": {"answer": "William Shakespeare", "em": 1.0}}
+    summary = summarize(rows)
+    assert {k: v for k, v in summary.items() if k.startswith("verifier/")} == {
+        "verifier/n_wrong": 2.0, "verifier/n_right": 2.0, "verifier/flagged_wrong": 0.5,
+        "verifier/corrected_wrong": 0.5, "verifier/confirmed_right": 0.5}
+    one_agent = summarize(score_rows(records, [MethodOutput("x", "") for _ in records]))
+    assert not any(k.startswith("verifier/") for k in one_agent)
