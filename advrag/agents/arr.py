@@ -48,11 +48,13 @@ a forced answer), the forced answer here is inside the T turns.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from advrag.agents.baselines import extract_answer
+from advrag.agents.probes import Prober, open_probe, without_answer
 from advrag.agents.prompts import (
     FEEDBACK_CLOSE,
     FEEDBACK_OPEN,
@@ -320,6 +322,28 @@ def _final_predictions(
         d.final.format_errors = int(d.final.answer is None)
 
 
+def probe_dialogues(prober: Prober, dialogues: list[Dialogue], answered: Sequence[int]) -> None:
+    """REX-RAG's probes of ARR dialogues (training only): a dialogue whose reasoner answered
+    this turn below full marks is cloned with ``probe_prob``. In the clone the reasoner's
+    answer (its ``<answer>`` action and what followed it) is cut from its trajectory and from
+    the transcript, and the exploration prompt is added to the reasoner's context only (a
+    hint, which the transcript leaves out). The clone goes on with the turns left; clones are
+    appended after the dialogues, ``reasoner.probe`` naming their origin."""
+    for i in answered:
+        prompt = prober.draw(i, dialogues[i].reasoner)
+        if prompt is None:
+            continue
+        clone = copy.deepcopy(dialogues[i])
+        clone.reasoner = open_probe(dialogues[i].reasoner, origin=i, prompt_index=prompt,
+                                    prompt=prober.pool[prompt])
+        kept = without_answer(clone.messages[-1][1])
+        if kept:
+            clone.messages[-1] = ("Reasoner", kept)
+        else:
+            clone.messages.pop()
+        dialogues.append(clone)
+
+
 def run_arr_dialogue(
     questions: Sequence[str],
     reasoner: TextGenerator,
@@ -329,12 +353,14 @@ def run_arr_dialogue(
     max_turns: int = 4,
     topk: int = 3,
     max_new_tokens: int = 256,
+    prober: Prober | None = None,
 ) -> list[Dialogue]:
     """Run ARR dialogues for all questions together; ``reasoner`` and ``verifier`` may be one object.
 
     ``max_turns`` (>= 1) bounds the reasoner's messages, the forced answer
     included. See the module docstring for the turn structure, batching and
-    fallbacks.
+    fallbacks. ``prober``: REX-RAG's probes of answers given in a free turn
+    (``probe_dialogues``), returned after the ``len(questions)`` dialogues.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -350,6 +376,9 @@ def run_arr_dialogue(
             if not active:
                 break
             queries = _reasoner_turn(dialogues, active, reasoner, max_new_tokens)
+            if prober is not None:
+                probe_dialogues(prober, dialogues,
+                                [i for i in active if dialogues[i].reasoner.answer is not None])
             _verify_searches(dialogues, queries, retriever, verifier, turn=turn, topk=topk,
                              max_new_tokens=max_new_tokens)
         _force_answers(dialogues, reasoner, max_new_tokens)

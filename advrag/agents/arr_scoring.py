@@ -93,7 +93,8 @@ def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajecto
 
     Each non-empty content becomes an action segment; the markup and the text
     between actions stay policy segments outside any action. Other segments
-    are kept as they are. Never raises on malformed text.
+    are kept as they are (a REX-RAG probe's ``probe.segment`` follows its prompt's
+    new index). Never raises on malformed text.
     """
     wanted = {n.lower() for n in names}
     segments: list[Segment] = []
@@ -105,9 +106,11 @@ def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajecto
             segments.append(Segment(text, "policy"))
             segment_action.append(action)
 
-    turn = 0
-    for segment in trajectory.segments:
+    turn, probe = 0, trajectory.probe
+    for index, segment in enumerate(trajectory.segments):
         if segment.source != "policy":
+            if probe is not None and index == probe.segment:  # REX-RAG's inserted prompt
+                probe = replace(probe, segment=len(segments))
             segments.append(segment)
             segment_action.append(-1)
             continue
@@ -122,7 +125,8 @@ def split_actions(trajectory: Trajectory, names: Sequence[str]) -> SplitTrajecto
             cursor = end
         emit(segment.text[cursor:], -1)
         turn += 1
-    return SplitTrajectory(replace(trajectory, segments=segments), segment_action, actions)
+    return SplitTrajectory(replace(trajectory, segments=segments, probe=probe), segment_action,
+                           actions)
 
 
 def verifier_turn_docs(dialogue: Dialogue) -> list[list[str]]:

@@ -54,16 +54,21 @@ class Prober:
         append them to ``trajs`` and return their indices."""
         opened = []
         for i in answered:
-            traj = trajs[i]
-            if traj.probe is not None or traj.answer is None:
-                continue
-            if not self.below_full_marks(i, traj.answer) or self.rng.random() >= self.probe_prob:
-                continue
-            prompt = self.rng.randrange(len(self.pool))
-            trajs.append(open_probe(traj, origin=i, prompt_index=prompt,
-                                    prompt=self.pool[prompt]))
-            opened.append(len(trajs) - 1)
+            prompt = self.draw(i, trajs[i])
+            if prompt is not None:
+                trajs.append(open_probe(trajs[i], origin=i, prompt_index=prompt,
+                                        prompt=self.pool[prompt]))
+                opened.append(len(trajs) - 1)
         return opened
+
+    def draw(self, item: int, traj: Trajectory) -> int | None:
+        """The pool prompt to probe item ``item``'s answered trajectory with, or None: never a
+        probe or an unanswered one, never a full-marks answer, else with ``probe_prob``."""
+        if traj.probe is not None or traj.answer is None:
+            return None
+        if not self.below_full_marks(item, traj.answer) or self.rng.random() >= self.probe_prob:
+            return None
+        return self.rng.randrange(len(self.pool))
 
 
 def open_probe(traj: Trajectory, *, origin: int, prompt_index: int, prompt: str) -> Trajectory:

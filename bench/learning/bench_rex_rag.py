@@ -118,11 +118,14 @@ def start_policy(args: argparse.Namespace) -> Path:
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
-    """Greedy Search-R1 with the config's turn budget on the first ``n`` test questions
+    """Greedy Search-R1 with the config's turn and token budgets (its ``evaluate`` section's,
+    the budgets the start was benchmarked with) on the first ``n`` test questions
     (``bench_ur2.evaluate``), each row with its question kind."""
     from advrag.datasets.loaders import load_qa
 
-    rows = search_r1_rows(model, config, n)
+    budgets = config.evaluate or config
+    rows = search_r1_rows(model, config, n, max_turns=budgets.max_turns,
+                          max_new_tokens=budgets.max_new_tokens)
     records = load_qa(config.world_dir / "test.jsonl", limit=n)
     for row, record in zip(rows, records, strict=True):
         row["kind"] = question_kind(record)
@@ -136,6 +139,7 @@ def summary(rows: list[dict]) -> dict:
         mean, lo, hi = bootstrap_ci([r[key] for r in rows], n_boot=2000)
         out[key] = {"mean": mean, "ci95": [lo, hi]}
     out["searches"] = sum(r["n_searches"] for r in rows) / len(rows)
+    out["cut_turns"] = sum(r["cut_turns"] for r in rows) / len(rows)  # by max_new_tokens
     kinds = sorted({r["kind"] for r in rows})
     out["by_kind"] = {kind: {"n": len(part), "f1": sum(r["f1"] for r in part) / len(part),
                              "searches": sum(r["n_searches"] for r in part) / len(part)}
@@ -241,7 +245,8 @@ def main() -> None:
               "heldout_results": {name: summary(r) for name, r in rows.items()},
               "test": the_test(rows, args.seeds)}
     write_report(args.out, report)
-    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=(*ROW_KEYS, "kind"))
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows,
+               keys=(*ROW_KEYS, "cut_turns", "kind"))
     curves_figure(arms).savefig(args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
     print(json.dumps({"heldout": {k: {"f1": v["f1"]["mean"], "searches": v["searches"]}
                                   for k, v in report["heldout_results"].items()},

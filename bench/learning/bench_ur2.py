@@ -102,9 +102,10 @@ def curation_signal(config: UR2Config) -> dict:
 
 
 def evaluate(model: str, config: UR2Config, n: int | None, split: str = "test",
-             max_turns: int | None = None) -> list[dict]:
+             max_turns: int | None = None, max_new_tokens: int = 80) -> list[dict]:
     """Greedy Search-R1 on the first ``n`` questions of ``split`` (all when None), with the
-    config's turn budget unless ``max_turns``: one scored row per question."""
+    config's turn budget unless ``max_turns``, ``max_new_tokens`` a turn (80: the UR² records'
+    setting; the rows count the turns it cut): one scored row per question."""
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator, pick_dtype
     from advrag.evaluation import methods, scoring
@@ -113,7 +114,7 @@ def evaluate(model: str, config: UR2Config, n: int | None, split: str = "test",
 
     settings = BenchmarkConfig(methods=["search_r1"], limit=n,
                                max_turns=max_turns or config.max_turns, topk=config.topk,
-                               max_new_tokens=80, batch_size=32)
+                               max_new_tokens=max_new_tokens, batch_size=32)
     records = load_qa(config.world_dir / f"{split}.jsonl", limit=n)
     policy = load_policy(model, dtype=pick_dtype("auto"))
     generator = methods.Generators(HFGenerator(policy.model, policy.tokenizer, batch_size=32))

@@ -242,3 +242,42 @@ def test_empty_question_list():
     reasoner, verifier = _hamlet_agents()
     assert run_arr_dialogue([], reasoner, verifier, KeywordRetriever(CORPUS)) == []
     assert reasoner.calls == verifier.calls == []
+
+
+def test_a_wrong_answer_is_probed_and_the_probe_dialogue_goes_on():
+    """REX-RAG's probes inside ARR: both dialogues answer "Marlowe" at once; each is cloned,
+    the clone's reasoner loses its answer (trajectory and transcript) and reads an exploration
+    prompt, then searches, hears the verifier and answers right in a free turn."""
+    import random
+
+    from advrag.agents.probes import Prober
+    from advrag.agents.prompts import exploration_pool, probe_observation
+
+    pool = exploration_pool(30)
+    reasoner = ScriptedGenerator({FINAL_KEY: "<answer>William Shakespeare</answer>",
+                                  "</feedback>\n\n": R_ANSWER,
+                                  **dict.fromkeys(pool, R_SEARCH),
+                                  f"Question: {HAMLET}": "<think>A guess.</think><answer>Marlowe</answer>"})
+    verifier = ScriptedGenerator({"</answer></information>": V_FINAL,
+                                  "<search>Hamlet author</search>": V_SELECT})
+    prober = Prober(pool, 1.0, lambda i, answer: answer != "William Shakespeare",
+                    random.Random(0))
+    dialogues = run_arr_dialogue([HAMLET, HAMLET], reasoner, verifier, KeywordRetriever(CORPUS),
+                                 max_turns=4, prober=prober)
+
+    assert len(dialogues) == 4  # two policy dialogues, then their two probes
+    assert [d.reasoner_answer for d in dialogues] == ["Marlowe", "Marlowe", "William Shakespeare",
+                                                      "William Shakespeare"]
+    for origin, probe in enumerate(dialogues[2:]):
+        assert probe.reasoner.probe.origin == origin
+        inserted = probe.reasoner.segments[probe.reasoner.probe.segment]
+        assert inserted.source == "probe"
+        assert inserted.text == probe_observation(pool[probe.reasoner.probe.prompt])
+        assert _texts(probe.reasoner, "policy") == ["<think>A guess.</think>", R_SEARCH, R_ANSWER]
+        assert [s for s, _ in probe.messages] == ["Reasoner", "Reasoner", "Search results",
+                                                  "Verifier", "Selected document", "Reasoner",
+                                                  "Verifier"]
+        assert probe.messages[0] == ("Reasoner", "<think>A guess.</think>")
+        assert probe.reasoner.n_searches == 1 and len(probe.steps) == 1
+    assert all(d.reasoner.probe is None and not d.steps for d in dialogues[:2])
+    assert [d.final_answer for d in dialogues] == ["William Shakespeare"] * 4

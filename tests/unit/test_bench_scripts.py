@@ -212,6 +212,33 @@ def test_the_rex_rag_test_pairs_seed_means_on_the_multi_hop_questions(monkeypatc
     assert test["per_seed_rex-grpo_f1_multi_hop"]["1"]["diff"] == pytest.approx((0.0 + 0.0 + 1.0) / 3)
 
 
+def test_the_adversarial_test_pairs_each_arm_with_grpo_on_the_same_questions(monkeypatch,
+                                                                            tmp_path):
+    on_path(monkeypatch, "learning")
+    import bench_adversarial
+
+    def rows(f1s):
+        kinds = ["single", "two-hop", "three-hop", "comparison"]
+        return [{"kind": k, "f1": f} for k, f in zip(kinds, f1s)]
+
+    table = {"start": rows([0.5, 0.0, 0.0, 0.0]),
+             "grpo-seed0": rows([1.0, 0.0, 0.0, 0.0]), "grpo-seed1": rows([1.0, 0.0, 0.5, 0.0]),
+             "gar-seed0": rows([0.0, 1.0, 0.5, 0.0]), "gar-seed1": rows([0.0, 0.0, 0.5, 1.0]),
+             "arr-seed0": rows([1.0, 0.0, 0.0, 0.0]), "arr-seed1": rows([1.0, 0.0, 0.5, 0.0])}
+    test = bench_adversarial.the_test(table, [0, 1])
+    # multi-hop seed means: gar [½, ½, ½], grpo [0, ¼, 0] → 5/12; arr = grpo → 0
+    assert test["multi_hop_questions"] == 3
+    assert test["gar-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
+    assert test["arr-grpo_f1_multi_hop"]["diff"] == pytest.approx(0.0)
+    assert test["arr-grpo_f1_all"]["n"] == 4
+    record = tmp_path / "rows.jsonl"  # the RL protocol's rows, without the seed-1 GRPO arm
+    record.write_text("".join(f'{{"policy": "{name}", "f1": 0.0, "kind": "single"}}\n'
+                              for name in ("start", "grpo-seed0")))
+    with pytest.raises(SystemExit, match=r"no rows for \['grpo-seed1'\]"):
+        bench_adversarial.grpo_rows(record, [0, 1])
+    assert set(bench_adversarial.grpo_rows(record, [0])) == {"start", "grpo-seed0"}
+
+
 def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     from reporting import child_json

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes import CORPUS, KeywordRetriever
+from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 from gar_fakes import RECORDS, CyclingGenerator, one_update
 
+from advrag.agents.prompts import exploration_pool
 from advrag.config import load_config
+from advrag.datasets.records import QARecord
 from advrag.recipes.arr import ArrConfig, ArrRecipe
 from advrag.recipes.base import batch_for_step
 from advrag.recipes.curated import CurateSection
@@ -129,13 +131,21 @@ def test_the_composed_step_filters_and_corrects_on_the_real_trainer(tiny_policy_
     assert recipe.run_state()["keep_ratio"] <= 0.25
 
 
-def test_the_shipped_composition_is_gar_with_rex_rags_paper_settings():
-    composed = load_config(GAR.with_name("gar-rex.yaml"), GarConfig).model_dump()
-    changed = {k for k, v in composed.items() if gar().model_dump()[k] != v}
-    assert changed == {"exploration", "checkpoint_dir", "registered_reasoner",
-                       "registered_discriminator"}
+@pytest.mark.parametrize(("name", "model", "plain", "names"), [
+    ("gar-rex.yaml", GarConfig, "gar.yaml", {"registered_reasoner", "registered_discriminator"}),
+    ("arr-rex.yaml", ArrConfig, "arr.yaml", {"registered_reasoner", "registered_verifier",
+                                             "warmup", "optim"})])  # ARR's: a longer budget
+def test_the_shipped_probe_compositions_take_rex_rags_paper_settings(name, model, plain, names):
+    composed = load_config(GAR.with_name(name), model).model_dump()
+    base = load_config(GAR.with_name(plain), model).model_dump()
+    assert {k for k, v in composed.items() if base[k] != v} == {"exploration", "checkpoint_dir",
+                                                                  *names}
     assert composed["exploration"] == load_config(
         GAR.with_name("rex-rag.yaml"), GrpoConfig).model_dump()["exploration"]
+    if "optim" in names:  # only the token budgets grew
+        assert {**composed["optim"], "max_seq_len": 0} == {**base["optim"], "max_seq_len": 0}
+        assert {**composed["warmup"]["sft"], "max_seq_len": 0} == {
+            **base["warmup"]["sft"], "max_seq_len": 0}
 
 
 def test_curation_in_front_changes_the_questions_and_nothing_else():
@@ -187,3 +197,66 @@ def test_arr_with_curation_in_front_draws_from_the_sample_and_scores_by_its_dial
     generator = CyclingGenerator()
     finals = composed.curation_agent(generator, KeywordRetriever(CORPUS))(RECORDS)
     assert [t.answer for t in finals] == ["Paris", "Lyon"] and len(generator.calls) == 3
+
+
+# --- REX-RAG's probes inside ARR's dialogues ----------------------------------------------
+
+HAMLET = QARecord("h1", "Who wrote Hamlet?", ["William Shakespeare"])
+ARR_SEARCH = "<think>Need the author.</think><search>Hamlet author</search>"
+ARR_RIGHT = "<think>So Shakespeare.</think><answer>William Shakespeare</answer>"
+
+
+def arr_agents():
+    """Scripted ARR agents: the reasoner guesses wrong at once; reopened by an exploration
+    prompt it searches, and after the verifier's feedback it answers right."""
+    reasoner = ScriptedGenerator({"The rollout text of the reasoner and verifier is:":
+                                  "<answer>William Shakespeare</answer>",
+                                  "</feedback>\n\n": ARR_RIGHT,
+                                  **dict.fromkeys(exploration_pool(30), ARR_SEARCH),
+                                  "Question: Who wrote Hamlet?":
+                                  "<think>A guess.</think><answer>Marlowe</answer>"})
+    verifier = ScriptedGenerator({
+        "</answer></information>": "<verify>Doc 1.</verify><final_answer>William Shakespeare"
+                                   "</final_answer>",
+        "<search>Hamlet author</search>": "<verify>Good.</verify><selected_doc>Doc 1"
+                                          "</selected_doc><response>Shakespeare wrote it.</response>"})
+    return {"reasoner": reasoner, "verifier": verifier}
+
+
+def arr_step_on_tiny(tiny_policy_dir, exploration: dict | None):
+    """One ArrRecipe update: the tiny policy's trainers, the scripted agents' dialogues."""
+    config = load_config(GAR.with_name("arr.yaml"), ArrConfig, overrides={
+        "model": str(tiny_policy_dir), "lora": {"r": 4, "alpha": 8}, "cpu_bf16": False,
+        "group_size": 2, "max_turns": 4, "max_new_tokens": 32, "rollout_backend": "hf",
+        "optim": {"max_seq_len": 4096}, "exploration": exploration})
+    recipe = ArrRecipe(config)
+    recipe.build(str(tiny_policy_dir))
+    recipe.generators = arr_agents()
+    metrics = recipe.step(KeywordRetriever(CORPUS), [HAMLET])
+    weights = {agent: [p.detach().clone() for p in recipe.trainers[agent].policy.trainable_parameters()]
+               for agent in recipe.agents}
+    return recipe, metrics, weights
+
+
+def test_arr_probes_that_never_open_leave_arrs_update_as_it_was(tiny_policy_dir):
+    _, plain, plain_weights = arr_step_on_tiny(tiny_policy_dir, None)
+    _, composed, weights = arr_step_on_tiny(tiny_policy_dir, rex(probe_prob=0.0))
+    assert composed["rex/probes_opened"] == 0.0
+    timeless = [k for k in plain if "time" not in k and "per_s" not in k]
+    assert {k: composed[k] for k in timeless} == {k: plain[k] for k in timeless}
+    for agent in ("reasoner", "verifier"):
+        assert all(torch.equal(a, b) for a, b in zip(weights[agent], plain_weights[agent],
+                                                     strict=True)), agent
+
+
+def test_arr_probes_reopen_wrong_dialogues_and_the_filter_keeps_one(tiny_policy_dir):
+    """Both dialogues answer "Marlowe": both are probed, and the probes answer right; the filter
+    keeps round(0.5 · 1 question · 2) = 1, so a policy token's ratio is 1 / (1 − 1/3)."""
+    recipe, metrics, _ = arr_step_on_tiny(tiny_policy_dir, {"kind": "rex", "probe_prob": 1.0,
+                                                            "keep_ratio": 0.5})
+    assert metrics["rex/probes_opened"] == 2.0 and metrics["rex/probes_kept"] == 1.0
+    assert metrics["rex/probe_accuracy"] == 1.0 and metrics["rex/policy_accuracy"] == 0.0
+    assert metrics["rex/ratio_policy"] == pytest.approx(1.5, rel=1e-5)
+    assert metrics["reasoner/em"] == 0.0  # the policy's dialogues: probes are not counted
+    assert recipe.trainers["reasoner"].step == 1 and recipe.trainers["verifier"].step == 1
+    assert recipe.run_state() == {"keep_ratio": 0.5}  # probe accuracy 1, capped at 0.5

@@ -26,7 +26,7 @@ SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrCon
            **dict.fromkeys(["rex-rag.yaml", "rex-rag-coarse.yaml", "rex-rag-no-is.yaml",
                             "rex-rag-no-filter.yaml", "rex-rag-no-is-no-filter.yaml",
                             "rex-rag-pool5.yaml", "rex-rag-pool15.yaml"], GrpoConfig),
-           "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig,
+           "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig, "arr-rex.yaml": ArrConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-raw-docs.yaml",
                             "ur2-long-warmup.yaml", "ur2-warmup-4epochs.yaml"],

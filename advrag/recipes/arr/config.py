@@ -14,6 +14,7 @@ from advrag.config.flows import BenchmarkConfig
 from advrag.config.rl import RLRunConfig, WarmupSection
 from advrag.core.patterns import PATTERN_SCORES, PATTERNS
 from advrag.recipes.curated import CurateSection
+from advrag.recipes.rex_rag.config import RexExploration
 
 ReasonerAction = Literal["think", "search", "verify", "answer"]
 VerifierAction = Literal["verify", "selected_doc", "response", "final_answer"]
@@ -72,6 +73,11 @@ class ArrConfig(RLRunConfig):
                                      description="Registry name (reasoner).")
     registered_verifier: str = Field("advrag-arr-verifier", min_length=1,
                                      description="Registry name (verifier).")
+    exploration: RexExploration | None = Field(
+        None, description="REX-RAG's probes in the reasoner's turns ({kind: rex, ...}; beyond "
+        "both papers): a dialogue whose reasoner answered below full marks (F1 < 1) in a free "
+        "turn is reopened, scored like any dialogue, and the reasoner's update keeps the "
+        "filter's probes with the policy correction; none = ARR's dialogues.")
     curate: CurateSection | None = Field(
         None, description="UR²'s curation in front (beyond both papers): k dialogues per training "
         "question by the start policy in both roles, scored by the Final Predictor's answer, "

@@ -28,6 +28,7 @@ from advrag.datasets.records import QARecord
 from advrag.recipes.arr.config import ArrConfig
 from advrag.recipes.base import Recipe, update_compiled
 from advrag.recipes.curated import Curated
+from advrag.recipes.rex_rag.exploring import Exploring, probing_shape
 
 
 def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:
@@ -36,7 +37,7 @@ def agent_configs(config: ArrConfig) -> dict[str, TrainConfig]:
             "verifier": TrainConfig.model_validate(config.optim.model_dump() | config.verifier_optim)}
 
 
-class ArrRecipe(Curated, Recipe):
+class ArrRecipe(Curated, Exploring, Recipe):
     """Reasoner ⇄ verifier, adversarial outcome reward and process-aware advantage."""
 
     name = "arr"
@@ -69,9 +70,11 @@ class ArrRecipe(Curated, Recipe):
     def episode_shape(self, max_turns: int) -> EpisodeShape:
         """Either agent's context of one dialogue (``agents.arr``), bounded by both agents'
         messages: the reasoner's ``max_turns``, the verifier's one per search and its final
-        verification, ``max_turns − 1`` searches and the forced-answer and no-feedback texts."""
-        return EpisodeShape(2 * max_turns + 1, max_turns - 1,
-                            (FORCE_ANSWER_HINT, NO_FEEDBACK_TEXT))
+        verification, ``max_turns − 1`` searches and the forced-answer and no-feedback texts;
+        with REX-RAG's probes, one generation and an exploration prompt more."""
+        return probing_shape(EpisodeShape(2 * max_turns + 1, max_turns - 1,
+                                          (FORCE_ANSWER_HINT, NO_FEEDBACK_TEXT)),
+                             self.config.exploration)
 
     def rollout_prompts(self, question: str) -> tuple[str, ...]:
         """The reasoner's and the verifier's first messages."""
@@ -136,7 +139,9 @@ class ArrRecipe(Curated, Recipe):
         """One joint update: rollout → score → reasoner update → verifier update."""
         from advrag.recipes.arr.step import arr_step
 
-        result = arr_step(self.trainers, self.generators, retriever, records, self.config)
+        c = self.config
+        state = None if c.exploration is None else self.exploring_state(c.exploration)
+        result = arr_step(self.trainers, self.generators, retriever, records, c, state)
         self.traces.append(result.traces)
         return result.metrics | self.curation_metrics()
 

@@ -45,6 +45,7 @@ Settings are the recipe's ``ArrConfig`` itself (one place for defaults).
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +65,8 @@ from advrag.agents.arr_scoring import (
     verifier_checks,
     verifier_turn_docs,
 )
+from advrag.agents.probes import Prober
+from advrag.agents.prompts import exploration_pool
 from advrag.agents.types import GeneratorWrapper
 from advrag.common.types import Retriever, TextGenerator
 from advrag.core.actions import action_means, action_token_ids, excluded_actions
@@ -71,11 +74,14 @@ from advrag.core.advantages import ADVANTAGE_TERMS
 from advrag.core.arr_process import ProcessAdvantage
 from advrag.core.arr_rewards import bin_value, gold_in_text, impact
 from advrag.core.entropy import entropy_pattern
+from advrag.core.metrics import f1_score
 from advrag.core.patterns import PATTERNS
 from advrag.datasets.records import QARecord
 from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.arr.config import ArrConfig
+from advrag.recipes.rex_rag.exploring import ExplorationState
+from advrag.recipes.rex_rag.step import explored, filtered_and_corrected
 
 
 @dataclass(frozen=True)
@@ -197,9 +203,10 @@ def verifier_update(trainer: LocalTrainer, splits: Sequence[SplitTrajectory],
 
 
 def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator],
-            retriever: Retriever, config: ArrConfig
+            retriever: Retriever, config: ArrConfig, prober: Prober | None = None
             ) -> tuple[list[Dialogue], list[QARecord], dict[str, float]]:
-    """``group_size`` dialogues per record in one batched run; returns them, their records, times."""
+    """``group_size`` dialogues per record in one batched run (with ``prober``, REX-RAG's probe
+    dialogues after them); returns them, the record each answers, and the times."""
     repeated = [record for record in records for _ in range(config.group_size)]
     reasoner, verifier = _TimedGenerator(generators["reasoner"]), _TimedGenerator(
         generators["verifier"])
@@ -207,11 +214,23 @@ def rollout(records: Sequence[QARecord], generators: Mapping[str, TextGenerator]
     dialogues = run_arr_dialogue(
         [r.question for r in repeated], reasoner, verifier, timed_retriever,
         max_turns=config.max_turns, topk=config.topk, max_new_tokens=config.max_new_tokens,
+        prober=prober,
     )
     times = {"reasoner/time/rollout_s": reasoner.seconds,
              "verifier/time/rollout_s": verifier.seconds,
              "time/retrieval_s": timed_retriever.seconds}
-    return dialogues, repeated, times
+    answered = repeated + [repeated[d.reasoner.probe.origin] for d in dialogues[len(repeated):]]
+    return dialogues, answered, times
+
+
+def dialogue_prober(records: Sequence[QARecord], config: ArrConfig, step: int) -> Prober:
+    """REX-RAG's prober of one update: a reasoner answer below full marks (F1 < 1, eq. 5's
+    measure) is probed with ``probe_prob``; seeded by the run's seed and the update."""
+    exploration = config.exploration
+    repeated = [record for record in records for _ in range(config.group_size)]
+    return Prober(exploration_pool(exploration.pool_size), exploration.probe_prob,
+                  lambda i, answer: f1_score(answer, repeated[i].golden_answers) < 1.0,
+                  random.Random(f"rex:{config.optim.seed}:{step}"))
 
 
 def score(dialogues: Sequence[Dialogue], records: Sequence[QARecord],
@@ -233,19 +252,37 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, TextGenerator],
              retriever: Retriever, records: Sequence[QARecord],
-             config: ArrConfig) -> ArrStepResult:
-    """Rollout → score → reasoner update → verifier update; metrics of both agents and traces."""
+             config: ArrConfig, exploration: ExplorationState | None = None) -> ArrStepResult:
+    """Rollout → score → reasoner update → verifier update; metrics of both agents and traces.
+
+    With ``config.exploration`` (and its run's ``exploration`` state), REX-RAG's probe
+    dialogues join the rollout (``agents.arr.probe_dialogues``); the filter keeps the likeliest
+    (``rex_rag.step.filtered_and_corrected``) and the kept ones go through both updates like
+    any dialogue, the reasoner's ratio corrected for the probes' off-policy tokens. Outcome
+    metrics are the policy's dialogues'; ``rex/…`` are REX-RAG's."""
     started = time.perf_counter()
     for trainer in trainers.values():
         trainer.policy.model.eval()
-    dialogues, repeated, times = rollout(records, generators, retriever, config)
+    step = trainers["reasoner"].step
+    prober = None if config.exploration is None else dialogue_prober(records, config, step)
+    dialogues, repeated, times = rollout(records, generators, retriever, config, prober)
+    n = len(records) * config.group_size
 
     (scores, r_splits), r_score_s = _timed(lambda: (
         score(dialogues, repeated, config),
         [split_actions(d.reasoner, config.monitored_actions) for d in dialogues]))
+    rows, correction, correct = list(range(n)), None, [s.f1_reasoner >= 1.0 for s in scores]
+    if prober is not None:
+        rows, correction = filtered_and_corrected(
+            trainers["reasoner"], [s.trajectory for s in r_splits], n, prober.pool, correct,
+            config.exploration, exploration, config.group_size)
+        dialogues, repeated, scores, r_splits = ([items[i] for i in rows] for items in
+                                                 (dialogues, repeated, scores, r_splits))
     r_update, r_update_s = _timed(lambda: trainers["reasoner"].update(
         [s.trajectory for s in r_splits], [s.reward_reasoner for s in scores],
-        [r.id for r in repeated]))
+        [r.id for r in repeated], correction))
+    explored_metrics = ({} if prober is None else  # after the update: the correction's ratios
+                        explored(exploration, correct, n, rows, correction, config.exploration))
     (per_turn, r_truncated), r_entropy_s = _timed(lambda: reasoner_entropies(
         r_update.batch, r_update.entropy, r_splits, config.monitored_actions))
     (impact_values, patterns), r_impact_s = _timed(lambda: impacts(
@@ -267,9 +304,10 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
     }
     v_means = [row[: len(split.actions)] for row, split in zip(term.mean_entropy.tolist(), v_splits)]
     metrics = (
-        _outcome_metrics(dialogues, scores, config)
+        _outcome_metrics(dialogues[:n], scores[:n], config)
         | _process_metrics(per_turn, config.monitored_actions, impact_values, patterns, term,
                            v_means, v_splits)
+        | explored_metrics
         | {"reasoner/truncated_actions": float(r_truncated)}
         | {f"reasoner/{k}": v for k, v in r_update.metrics.items()}
         | {f"verifier/{k}": v for k, v in v_metrics.items()}

@@ -1,5 +1,6 @@
 """REX-RAG (probes, trajectory filter, policy correction) as an ``exploration:`` of the
-``grpo`` and ``ur2`` recipes: its settings and its update step."""
+``grpo`` and ``ur2`` recipes, also composed into ``gar``'s and ``arr``'s reasoners: its
+settings, its update step and the state a recipe carries to explore."""
 
 from advrag.recipes.rex_rag.config import RexExploration
 

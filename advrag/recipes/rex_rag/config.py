@@ -1,4 +1,5 @@
-"""REX-RAG's exploration settings: the ``exploration:`` section of a ``grpo`` or ``ur2`` config."""
+"""REX-RAG's exploration settings: the ``exploration:`` section of a ``grpo``, ``ur2``,
+``gar`` or ``arr`` config."""
 
 from __future__ import annotations
 

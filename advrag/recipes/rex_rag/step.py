@@ -113,25 +113,43 @@ def corrected_update(trainer: LocalTrainer, generator: TextGenerator, probed: Pr
     """Steps 3–5 of the module docstring on scored episodes: filter the probes, update with
     the correction, move the keep ratio; the update's and the exploration's metrics."""
     n, trajectories = probed.policy_count, probed.trajectories
+    rows, correction = filtered_and_corrected(trainer, trajectories, n, probed.prober.pool,
+                                              correct, exploration, state, group_size)
+    group_ids = [probed.answered[i].id for i in rows]
+    result = trainer.update([trajectories[i] for i in rows], scores[rows], group_ids, correction)
+    push_updated_weights(generator, trainer)
+    metrics = explored(state, correct, n, rows, correction, exploration)
+    metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
+    return result.metrics | metrics
+
+
+def filtered_and_corrected(trainer: LocalTrainer, trajectories: Sequence[Trajectory], n: int,
+                           pool: Sequence[str], correct: Sequence[bool],
+                           exploration: RexExploration, state: ExplorationState,
+                           group_size: int) -> tuple[list[int], Correction | None]:
+    """Step 3 and the correction of step 4: the batch's rows (the ``n`` policy trajectories,
+    then the probes the filter keeps) and the mixture correction over them (None without
+    kept probes or with ``correction: none``)."""
     rows = list(range(n)) + keep_probes(trainer, trajectories, n, exploration, state.keep_ratio,
                                         n // group_size, group_size)
-    batch = [trajectories[i] for i in rows]
-    correction = None
-    if len(rows) > n and exploration.correction != "none":
-        correction = Correction(batch, pool_token_ids(probed.prober.pool, trainer.tokenizer),
-                                probe_share=(len(rows) - n) / len(rows),
-                                failure_rate=1.0 - sum(correct[:n]) / n,
-                                correction=exploration.correction)
-    group_ids = [probed.answered[i].id for i in rows]
-    result = trainer.update(batch, scores[rows], group_ids, correction)
-    push_updated_weights(generator, trainer)
+    if len(rows) == n or exploration.correction == "none":
+        return rows, None
+    return rows, Correction([trajectories[i] for i in rows], pool_token_ids(pool, trainer.tokenizer),
+                            probe_share=(len(rows) - n) / len(rows),
+                            failure_rate=1.0 - sum(correct[:n]) / n,
+                            correction=exploration.correction)
+
+
+def explored(state: ExplorationState, correct: Sequence[bool], n: int, rows: Sequence[int],
+             correction: Correction | None, exploration: RexExploration) -> dict[str, float]:
+    """Step 5: the exploration's metrics at the keep ratio used, then the ratio moved towards
+    this step's probe accuracy (when probes were opened)."""
     metrics = exploration_metrics(correct, n, rows, state.keep_ratio, correction)
-    metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
     if len(correct) > n:
         state.keep_ratio = updated_keep_ratio(state.keep_ratio, metrics["rex/probe_accuracy"],
                                               exploration.keep_ratio_weight,
                                               cap=exploration.keep_ratio)
-    return result.metrics | metrics
+    return metrics
 
 
 def rollout_with_probes(repeated: Sequence[QARecord], prober: Prober, generator: TextGenerator,

@@ -1,0 +1,207 @@
+"""ARR and GAR from the chaining start at GRPO's budget, several seeds, against the GRPO arms.
+
+    python bench/learning/bench_adversarial.py --start MODEL_DIR --judge ADAPTER_DIR \
+        --grpo-rows bench/results/rex-rag-chaining_rows.jsonl [--seeds 0 1 2] [--steps 48] \
+        [--questions-per-step 4] [--heldout 100]
+
+The protocol is declared in docs/chaining-experiments.md ("The adversarial protocol") before
+any run:
+
+1. **Arms**, each seed: ``gar`` (``configs/gar.yaml`` on ``--start``, no warm-up of its own, the
+   discriminator from the judge's SFT adapter ``--judge``) and ``arr`` (``configs/arr.yaml`` with
+   ``--start`` as its model and its own dialogue warm-up on top); ``--steps`` updates of
+   ``--questions-per-step`` questions × ``group_size`` episodes. Only ``optim.seed`` changes
+   between seeds.
+2. **Held-out evaluation** on the first ``--heldout`` test questions: GAR's reasoner with greedy
+   Search-R1 (the config's turns and new tokens), ARR's trained pair with the benchmark's ``arr``
+   method; ARR's verifier rates also on as many dev questions.
+3. **The test**: per question, each arm's F1 averaged over the seeds; the 95 % paired bootstrap
+   interval of arm − GRPO over the multi-hop questions (and over all), the GRPO rows read from
+   ``--grpo-rows`` (the RL protocol's record, the same questions).
+
+Each arm trains in a child process and leaves ``<cache-dir>/<arm>-seed<seed>.json``; a rerun
+reuses the arms that finished and resumes the others from their checkpoints. Writes ``--out``
+(``bench/results/adversarial-chaining.json``) with its ``_rows.jsonl`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from advrag.config import load_config
+from advrag.evaluation.scoring import summarize
+from advrag.tasks import tracking
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from bench_rex_rag import MULTI_HOP, paired, seed_mean, summary
+from bench_rex_rag import evaluate as search_r1_rows
+from bench_ur2 import ROW_KEYS, write_rows
+from inputs import offline_world
+from reporting import child_json, write_report
+
+ROOT = Path(__file__).resolve().parents[2]
+ARMS = {"gar": "configs/gar.yaml", "arr": "configs/arr.yaml"}
+CURVES = {"gar": ("reasoner/answer_score", "reasoner/slice_score", "discriminator/R_d",
+                  "discriminator/R_a"),
+          "arr": ("reasoner/reward_mean", "verifier/reward_mean", "reasoner/f1", "verifier/f1",
+                  "final/f1")}
+
+
+def arm_config(args: argparse.Namespace, arm: str, seed: int):
+    """One arm of one seed: its config file with the protocol's start, budget and names."""
+    from advrag.recipes import RECIPES
+
+    recipe = RECIPES[arm]
+    config = load_config(ROOT / ARMS[arm], recipe.config_model)
+    update = {"model": str(args.start), "steps": args.steps,
+              "questions_per_step": args.questions_per_step, "group_size": 4,
+              "checkpoint_dir": args.cache_dir / f"{arm}-seed{seed}", "checkpoint_every": 8,
+              "evaluate": None, "experiment": "advrag-bench-adversarial",
+              "optim": config.optim.model_copy(update={"seed": seed})}
+    if arm == "gar":
+        update |= {"warmup": None, "discriminator_adapter": args.judge,
+                   "registered_reasoner": f"advrag-bench-adversarial-gar-r-seed{seed}",
+                   "registered_discriminator": f"advrag-bench-adversarial-gar-d-seed{seed}"}
+    else:
+        update |= {"registered_reasoner": f"advrag-bench-adversarial-arr-r-seed{seed}",
+                   "registered_verifier": f"advrag-bench-adversarial-arr-v-seed{seed}"}
+    return recipe(config.model_copy(update=update))
+
+
+def train_one(args: argparse.Namespace) -> None:
+    """The child's work: train ``--arm`` for its seed, write its result."""
+    from advrag.flows.rl import run_recipe
+
+    seed = args.seeds[0]
+    name, recipe = f"{args.arm}-seed{seed}", arm_config(args, args.arm, seed)
+    started = time.perf_counter()
+    result = run_recipe(recipe, "bench-adversarial", name)
+    client = tracking.client()
+    out = {"run_id": result["run_id"], "model_dirs": result["model_dirs"],
+           "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
+           "curves": {key: [m.value for m in sorted(client.get_metric_history(
+               result["run_id"], key), key=lambda m: m.step)] for key in CURVES[args.arm]}}
+    done = args.cache_dir / f"{name}.json"
+    done.with_suffix(".tmp").write_text(json.dumps(out) + "\n")
+    done.with_suffix(".tmp").replace(done)
+    print(json.dumps({"arm": name, "steps_run": out["steps_run"]}))
+
+
+def arm_result(args: argparse.Namespace, arm: str, seed: int) -> dict:
+    """One arm's result: read back when it was trained before, else trained in a child process
+    (which frees its engines when it exits)."""
+    done = args.cache_dir / f"{arm}-seed{seed}.json"
+    if not done.is_file():
+        child_json([sys.executable, __file__, "--start", str(args.start), "--judge",
+                    str(args.judge), "--grpo-rows", str(args.grpo_rows), "--steps",
+                    str(args.steps), "--questions-per-step", str(args.questions_per_step),
+                    "--cache-dir", str(args.cache_dir), "--arm", arm, "--seeds", str(seed)])
+    return json.loads(done.read_text())
+
+
+def arr_rows(model_dirs: dict[str, str], config, n: int, split: str) -> list[dict]:
+    """The benchmark's ``arr`` method with the trained pair on the first ``n`` questions of
+    ``split``: one scored row per question (its kind, both agents' answers)."""
+    from advrag.config import BenchmarkConfig
+    from advrag.datasets.loaders import load_qa
+    from advrag.engines.local.generation import HFGenerator, pick_dtype
+    from advrag.evaluation import methods, scoring
+    from advrag.models.loading import load_policy
+    from advrag.retrieval.retriever import load_retriever
+
+    settings = BenchmarkConfig(methods=["arr"], limit=n, max_turns=config.max_turns,
+                               topk=config.topk, max_new_tokens=config.max_new_tokens,
+                               batch_size=32)
+    records = load_qa(config.world_dir / f"{split}.jsonl", limit=n)
+    agents = {name: load_policy(model_dirs[name], dtype=pick_dtype("auto"))
+              for name in ("reasoner", "verifier")}
+    generators = methods.Generators(*(HFGenerator(agents[a].model, agents[a].tokenizer,
+                                                  batch_size=32) for a in ("reasoner", "verifier")))
+    retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))
+    outputs = []
+    for start in range(0, len(records), 32):
+        questions = [r.question for r in records[start:start + 32]]
+        outputs += methods.run_method("arr", questions, generators, retriever, settings)
+    return scoring.score_rows(records, outputs)
+
+
+def grpo_rows(path: Path, seeds: list[int]) -> dict[str, list[dict]]:
+    """The RL protocol's GRPO arms, per seed, from its rows file (the start's too)."""
+    rows: dict[str, list[dict]] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row.pop("policy"), []).append(row)
+    wanted = ["start", *(f"grpo-seed{s}" for s in seeds)]
+    missing = [name for name in wanted if name not in rows]
+    if missing:
+        raise SystemExit(f"--grpo-rows {path}: no rows for {missing}; run the RL protocol's "
+                         "bench_rex_rag.py first")
+    return {name: rows[name] for name in wanted}
+
+
+def the_test(rows: dict[str, list[dict]], seeds: list[int]) -> dict:
+    """Each adversarial arm − GRPO over the multi-hop questions (and over all), seed means."""
+    multi = [i for i, r in enumerate(rows["start"]) if r["kind"] in MULTI_HOP]
+    f1 = {arm: seed_mean([rows[f"{arm}-seed{s}"] for s in seeds], "f1")
+          for arm in ("grpo", *ARMS)}
+    out: dict = {"multi_hop_questions": len(multi)}
+    for arm in ARMS:
+        out[f"{arm}-grpo_f1_multi_hop"] = paired([f1[arm][i] for i in multi],
+                                                 [f1["grpo"][i] for i in multi])
+        out[f"{arm}-grpo_f1_all"] = paired(f1[arm], f1["grpo"])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=Path, required=True, help="the chaining warm-up")
+    parser.add_argument("--judge", type=Path, required=True,
+                        help="the judge's SFT adapter on --start (bench_judge.py's)")
+    parser.add_argument("--grpo-rows", type=Path, required=True,
+                        help="the RL protocol's rows (bench_rex_rag.py --out …'s _rows.jsonl)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=48, help="updates per arm and seed")
+    parser.add_argument("--questions-per-step", type=int, default=4)
+    parser.add_argument("--heldout", type=int, default=100, help="test (and dev) questions")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/adversarial-chaining.json"))
+    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-adversarial"))
+    parser.add_argument("--arm", choices=tuple(ARMS), default=None,
+                        help="(child process) train this arm for the one seed of --seeds")
+    args = parser.parse_args()
+    for flag, path in (("--start", args.start / "config.json"), ("--judge", args.judge)):
+        if not path.exists():
+            parser.error(f"{flag}: {path} does not exist")
+    offline_world()
+    tracking.configure()
+    if args.arm:
+        return train_one(args)
+    rows = grpo_rows(args.grpo_rows, args.seeds)  # refused before hours of training
+    arms = {f"{arm}-seed{s}": arm_result(args, arm, s) for s in args.seeds for arm in ARMS}
+    verifier: dict[str, dict] = {}
+    for s in args.seeds:
+        gar, arr = arms[f"gar-seed{s}"], arms[f"arr-seed{s}"]
+        config = arm_config(args, "arr", s).config
+        rows[f"gar-seed{s}"] = search_r1_rows(gar["model_dirs"]["reasoner"],
+                                              arm_config(args, "gar", s).config, args.heldout)
+        rows[f"arr-seed{s}"] = arr_rows(arr["model_dirs"], config, args.heldout, "test")
+        dev = arr_rows(arr["model_dirs"], config, args.heldout, "dev")
+        verifier[f"arr-seed{s}"] = {k: v for k, v in summarize(rows[f"arr-seed{s}"] + dev).items()
+                                    if k.startswith("verifier/")}
+    report = {"start": str(args.start), "judge": str(args.judge), "seeds": args.seeds,
+              "steps": args.steps, "questions_per_step": args.questions_per_step,
+              "heldout": args.heldout, "load_average": os.getloadavg(), "arms": arms,
+              "heldout_results": {name: summary(r) for name, r in rows.items()},
+              "verifier": verifier, "test": the_test(rows, args.seeds)}
+    write_report(args.out, report)
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows,
+               keys=(*ROW_KEYS, "cut_turns", "kind"))
+    print(json.dumps({"test": report["test"], "verifier": verifier}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
