@@ -40,7 +40,7 @@ from advrag.tasks import tracking
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from bench_rex_rag import MULTI_HOP, paired, seed_mean, summary
 from bench_rex_rag import evaluate as search_r1_rows
-from bench_ur2 import ROW_KEYS, write_rows
+from bench_ur2 import ROW_KEYS, method_rows, write_rows
 from inputs import offline_world
 from reporting import child_json, write_report
 
@@ -110,9 +110,8 @@ def arr_rows(model_dirs: dict[str, str], config, n: int, split: str) -> list[dic
     from advrag.config import BenchmarkConfig
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator, pick_dtype
-    from advrag.evaluation import methods, scoring
+    from advrag.evaluation import methods
     from advrag.models.loading import load_policy
-    from advrag.retrieval.retriever import load_retriever
 
     settings = BenchmarkConfig(methods=["arr"], limit=n, max_turns=config.max_turns,
                                topk=config.topk, max_new_tokens=config.max_new_tokens,
@@ -122,12 +121,7 @@ def arr_rows(model_dirs: dict[str, str], config, n: int, split: str) -> list[dic
               for name in ("reasoner", "verifier")}
     generators = methods.Generators(*(HFGenerator(agents[a].model, agents[a].tokenizer,
                                                   batch_size=32) for a in ("reasoner", "verifier")))
-    retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))
-    outputs = []
-    for start in range(0, len(records), 32):
-        questions = [r.question for r in records[start:start + 32]]
-        outputs += methods.run_method("arr", questions, generators, retriever, settings)
-    return scoring.score_rows(records, outputs)
+    return method_rows("arr", records, generators, config.index_dir, settings)
 
 
 def grpo_rows(path: Path, seeds: list[int]) -> dict[str, list[dict]]:

@@ -108,9 +108,8 @@ def evaluate(model: str, config: UR2Config, n: int | None, split: str = "test",
     setting; the rows count the turns it cut): one scored row per question."""
     from advrag.datasets.loaders import load_qa
     from advrag.engines.local.generation import HFGenerator, pick_dtype
-    from advrag.evaluation import methods, scoring
+    from advrag.evaluation import methods
     from advrag.models.loading import load_policy
-    from advrag.retrieval.retriever import load_retriever
 
     settings = BenchmarkConfig(methods=["search_r1"], limit=n,
                                max_turns=max_turns or config.max_turns, topk=config.topk,
@@ -118,11 +117,20 @@ def evaluate(model: str, config: UR2Config, n: int | None, split: str = "test",
     records = load_qa(config.world_dir / f"{split}.jsonl", limit=n)
     policy = load_policy(model, dtype=pick_dtype("auto"))
     generator = methods.Generators(HFGenerator(policy.model, policy.tokenizer, batch_size=32))
-    retriever = methods.RecordingRetriever(load_retriever(config.index_dir, kind="dense"))
+    return method_rows("search_r1", records, generator, config.index_dir, settings)
+
+
+def method_rows(method: str, records: list, generators, index_dir: Path, settings) -> list[dict]:
+    """The benchmark's ``method`` on ``records`` in batches of 32 with the dense index at
+    ``index_dir``: one scored row per question."""
+    from advrag.evaluation import methods, scoring
+    from advrag.retrieval.retriever import load_retriever
+
+    retriever = methods.RecordingRetriever(load_retriever(index_dir, kind="dense"))
     outputs = []
     for start in range(0, len(records), 32):
         questions = [r.question for r in records[start:start + 32]]
-        outputs += methods.run_method("search_r1", questions, generator, retriever, settings)
+        outputs += methods.run_method(method, questions, generators, retriever, settings)
     return scoring.score_rows(records, outputs)
 
 
