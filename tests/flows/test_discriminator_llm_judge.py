@@ -51,7 +51,7 @@ def test_llm_labelled_slices_are_balanced_gated_and_counted(
         index_dir=small_index_dir, out_dir=tmp_path / "slices",
         judge={"kind": "llm", "endpoint": endpoint, "cache_dir": str(tmp_path / "judge")})
     policy, tokenizer = steps.load_discriminator.fn(config, config.model)
-    rows, heldout, judged = steps.slice_set.fn(config, policy, tokenizer)
+    rows, heldout, judged = steps.slice_set.fn(config, policy, tokenizer, config.model)
 
     assert judged["slices"] == judged["labelled"] + judged["malformed"] > 0
     assert judged["malformed"] == judged["malformed/no_verdict"] > 0
