@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -64,8 +65,6 @@ def slice_set(config: DiscriminatorSFTConfig, policy, tokenizer,
 def rollout_cache(config: DiscriminatorSFTConfig, base: str) -> Path:
     """Where the rollouts to label are kept as they come: named by the start policy's weights
     and every setting they depend on, so only the same rollouts are ever read back."""
-    import json
-
     from advrag.curation.curate import policy_fingerprint
     from advrag.models.loading import resolve_model_dir
 
@@ -80,8 +79,6 @@ def rollout_cache(config: DiscriminatorSFTConfig, base: str) -> Path:
 def kept_rows(cache: Path) -> list[dict]:
     """The whole rows of ``cache`` (none when it is not there); a last line a killed write
     left unfinished is cut off the file."""
-    import json
-
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         return []
@@ -97,8 +94,6 @@ def sampled_rollouts(config: DiscriminatorSFTConfig, policy, tokenizer, records:
     """``config.rollouts`` Search-R1 rollouts of each record sampled from ``policy`` before its
     SFT (its adapter is still zero: the base, i.e. the start policy), temperature 1. Each batch
     is appended to ``cache`` as it finishes; a killed run reads them back and samples the rest."""
-    import json
-
     from advrag.agents.search_loop import run_search_agent
     from advrag.agents.types import Trajectory
     from advrag.engines.local.dual import agent_generator
