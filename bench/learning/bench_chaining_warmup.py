@@ -18,7 +18,8 @@ run resumes at the stage it was in (an epoch restarts from the epoch before it):
    ones (EM 1, no format error, kept in ``rs<K>-kept.json``) are fine-tuned on for one more
    epoch (rejection sampling).
 3. Each snapshot (the base, every epoch, the rejection round; with ``--score last`` only the
-   last one: the protocol scores the chosen snapshot alone on test) benchmarked on ``--split``
+   last one: the protocol scores the chosen snapshot alone on test; with ``--score none``
+   nothing, to rebuild a start policy in a fresh session) benchmarked on ``--split``
    with the Search-R1 agent (4 turns, 128 new tokens, greedy): EM/F1 per question kind with
    bootstrap intervals, format errors, searches, hop recall, chaining rate, turns cut.
 
@@ -175,8 +176,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--rejection", type=int, default=0, help="K samples a question; 0: none")
     parser.add_argument("--rejection-questions", type=int, default=200)
-    parser.add_argument("--score", choices=["all", "last"], default="all",
-                        help="benchmark every snapshot, or the last one only")
+    parser.add_argument("--score", choices=["all", "last", "none"], default="all",
+                        help="benchmark every snapshot, the last one only, or none (rebuild)")
     parser.add_argument("--out", type=Path, default=None, help="the record to write "
                         "(default bench/results/chaining_warmup-<arm>-<split>.json)")
     args = parser.parse_args()
@@ -195,6 +196,9 @@ def main() -> None:
         extra["rejection_kept"] = len(kept)
         snapshots[f"rejection round (k {args.rejection})"] = str(finetune_once(
             config, model, kept, args.epochs, work / f"rs{args.rejection}"))
+    if args.score == "none":
+        print(f"built {[*snapshots.values()][-1]}; not scored (--score none)")
+        return
     if args.score == "last":
         snapshots = dict([*snapshots.items()][-1:])
     results = {name: scored(path, config, args.split, args.limit,
