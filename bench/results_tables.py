@@ -461,13 +461,31 @@ def rex_table(report: dict) -> Table:
 
 
 def rex_test_table(report: dict) -> Table:
-    """bench/learning/bench_rex_rag.py: the declared paired comparisons (seed means)."""
+    """bench/learning/bench_rex_rag.py: the declared paired comparisons (seed means); a record
+    whose arms have not all run has none yet."""
     test = report["test"]
+    if test is None:
+        return ["comparison", "questions", "difference [95% CI]"], [
+            ["not yet: arms still to run", str(len(report["arms_missing"])),
+             ", ".join(report["arms_missing"])]]
+    names = [name for name in ("rex-grpo_f1_multi_hop", "rex-grpo_f1_all", "grpo-start_f1_chained",
+                               "rex-start_f1_chained", "grpo-start_searches_chained",
+                               "rex-start_searches_chained", "rex-start_searches_multi_hop",
+                               "grpo-start_searches_multi_hop") if name in test]
     rows = [[name.replace("-", " − ").replace("_", " "), str(test[name]["n"]),
-             interval(test[name]["diff"], test[name]["ci95"], signed=True)]
-            for name in ("rex-grpo_f1_multi_hop", "rex-grpo_f1_all",
-                         "rex-start_searches_multi_hop", "grpo-start_searches_multi_hop")]
+             interval(test[name]["diff"], test[name]["ci95"], signed=True)] for name in names]
     return ["comparison", "questions", "difference [95% CI]"], rows
+
+
+def rex_vs_start_table(report: dict) -> Table:
+    """bench/learning/bench_rex_rag.py: each finished arm − its own start, per question."""
+    header = ["arm", "start", "F1 chained − start", "F1 multi-hop − start",
+              "searches chained − start", "finished", "CPU"]
+    return header, [[name, report["start_digests"][name][:8],
+                     *(interval(d[key]["diff"], d[key]["ci95"], signed=True)
+                       for key in ("f1_chained", "f1_multi_hop", "searches_chained")),
+                     report["arms"][name]["finished"], report["arms"][name]["cpu"]]
+                    for name, d in report["vs_own_start"].items()]
 
 
 def ur2_summary_table(report: dict) -> Table:
@@ -668,6 +686,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
+    "rex:vs_start": rex_vs_start_table,
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,

@@ -1,7 +1,7 @@
 """ARR and GAR from the chaining start at GRPO's budget, several seeds, against the GRPO arms.
 
     python bench/learning/bench_adversarial.py --start MODEL_DIR --judge ADAPTER_DIR \
-        --grpo-rows bench/results/rex-rag-chaining_rows.jsonl [--seeds 0 1 2] [--steps 48] \
+        [--grpo-records bench/results/rex-rag-chaining] [--seeds 0 1 2] [--steps 48] \
         [--questions-per-step 4] [--heldout 100]
 
 The protocol is declared in docs/chaining-experiments.md ("The adversarial protocol") before
@@ -16,19 +16,21 @@ any run:
    Search-R1 (the config's turns and new tokens), ARR's trained pair with the benchmark's ``arr``
    method; ARR's verifier rates also on as many dev questions.
 3. **The test**: per question, each arm's F1 averaged over the seeds; the 95 % paired bootstrap
-   interval of arm − GRPO over the multi-hop questions (and over all), the GRPO rows read from
-   ``--grpo-rows`` (the RL protocol's record, the same questions).
+   interval of arm − GRPO over the multi-hop questions (and over all), the GRPO arms' rows read
+   from the RL protocol's records (``--grpo-records``, the same questions).
 
-Each arm trains in a child process and leaves ``<cache-dir>/<arm>-seed<seed>.json``; a rerun
-reuses the arms that finished and resumes the others from their checkpoints. Writes ``--out``
-(``bench/results/adversarial-chaining.json``) with its ``_rows.jsonl`` beside it.
+Each arm trains in a child process, which scores it and writes its committed record
+``<records>/<arm>-seed<k>.json`` (``arm_records``; ``--records`` defaults to ``--out`` without
+``.json``): the arms run over several sessions, and a rerun trains only the arms without a
+record. After each arm, ``--out`` (``bench/results/adversarial-chaining.json``) is written from
+the records so far, with its ``_rows.jsonl`` beside it; the test once every arm, and every GRPO
+arm it is paired with, has run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,11 +40,12 @@ from advrag.evaluation.scoring import summarize
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
-from bench_rex_rag import MULTI_HOP, paired, seed_mean, summary
+from arm_records import ArmRecords, model_digest
+from bench_rex_rag import MULTI_HOP, RECORD_KEYS, kept_columns, paired, seed_mean, summary
 from bench_rex_rag import evaluate as search_r1_rows
-from bench_ur2 import ROW_KEYS, method_rows, write_rows
+from bench_ur2 import method_rows, write_rows
 from inputs import offline_world
-from reporting import child_json, write_report
+from reporting import child_json, cpu_description, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = {"gar": "configs/gar.yaml", "arr": "configs/arr.yaml"}
@@ -73,8 +76,9 @@ def arm_config(args: argparse.Namespace, arm: str, seed: int):
     return recipe(config.model_copy(update=update))
 
 
-def train_one(args: argparse.Namespace) -> None:
-    """The child's work: train ``--arm`` for its seed, write its result."""
+def train_one(args: argparse.Namespace, records: ArmRecords) -> None:
+    """The child's work: train ``--arm`` for its seed, score it on the held-out questions
+    (ARR's verifier on as many dev questions too), write its record."""
     from advrag.flows.rl import run_recipe
 
     seed = args.seeds[0]
@@ -82,26 +86,32 @@ def train_one(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     result = run_recipe(recipe, "bench-adversarial", name)
     client = tracking.client()
-    out = {"run_id": result["run_id"], "model_dirs": result["model_dirs"],
-           "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
-           "curves": {key: [m.value for m in sorted(client.get_metric_history(
-               result["run_id"], key), key=lambda m: m.step)] for key in CURVES[args.arm]}}
-    done = args.cache_dir / f"{name}.json"
-    done.with_suffix(".tmp").write_text(json.dumps(out) + "\n")
-    done.with_suffix(".tmp").replace(done)
-    print(json.dumps({"arm": name, "steps_run": out["steps_run"]}))
+    training = {"run_id": result["run_id"], "model_dirs": result["model_dirs"],
+                "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
+                "curves": {key: [m.value for m in sorted(client.get_metric_history(
+                    result["run_id"], key), key=lambda m: m.step)] for key in CURVES[args.arm]}}
+    record = {"arm": args.arm, "seed": seed, "start": str(args.start),
+              "start_digest": model_digest(args.start), "judge": str(args.judge),
+              "cpu": cpu_description(), "training": training}
+    if args.arm == "gar":
+        rows = search_r1_rows(result["model_dirs"]["reasoner"], recipe.config, args.heldout)
+    else:
+        rows = arr_rows(result["model_dirs"], recipe.config, args.heldout, "test")
+        dev = arr_rows(result["model_dirs"], recipe.config, args.heldout, "dev")
+        record["verifier"] = {k: v for k, v in summarize(rows + dev).items()
+                              if k.startswith("verifier/")}
+    records.write(name, record | {"rows": kept_columns(rows)})
+    print(json.dumps({"arm": name, "steps_run": training["steps_run"]}))
 
 
-def arm_result(args: argparse.Namespace, arm: str, seed: int) -> dict:
-    """One arm's result: read back when it was trained before, else trained in a child process
-    (which frees its engines when it exits)."""
-    done = args.cache_dir / f"{arm}-seed{seed}.json"
-    if not done.is_file():
-        child_json([sys.executable, __file__, "--start", str(args.start), "--judge",
-                    str(args.judge), "--grpo-rows", str(args.grpo_rows), "--steps",
-                    str(args.steps), "--questions-per-step", str(args.questions_per_step),
-                    "--cache-dir", str(args.cache_dir), "--arm", arm, "--seeds", str(seed)])
-    return json.loads(done.read_text())
+def train_in_child(args: argparse.Namespace, records: ArmRecords, name: str) -> None:
+    """Train and score arm ``name`` in a child process (which frees its engines when it exits),
+    which writes its record."""
+    arm, seed = name.split("-seed")
+    child_json([sys.executable, __file__, "--start", str(args.start), "--judge", str(args.judge),
+                "--steps", str(args.steps), "--questions-per-step", str(args.questions_per_step),
+                "--heldout", str(args.heldout), "--cache-dir", str(args.cache_dir),
+                "--records", str(records.directory), "--arm", arm, "--seeds", seed])
 
 
 def arr_rows(model_dirs: dict[str, str], config, n: int, split: str) -> list[dict]:
@@ -124,23 +134,16 @@ def arr_rows(model_dirs: dict[str, str], config, n: int, split: str) -> list[dic
     return method_rows("arr", records, generators, config.index_dir, settings)
 
 
-def grpo_rows(path: Path, seeds: list[int]) -> dict[str, list[dict]]:
-    """The RL protocol's GRPO arms, per seed, from its rows file (the start's too)."""
-    rows: dict[str, list[dict]] = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        rows.setdefault(row.pop("policy"), []).append(row)
-    wanted = ["start", *(f"grpo-seed{s}" for s in seeds)]
-    missing = [name for name in wanted if name not in rows]
-    if missing:
-        raise SystemExit(f"--grpo-rows {path}: no rows for {missing}; run the RL protocol's "
-                         "bench_rex_rag.py first")
-    return {name: rows[name] for name in wanted}
+def grpo_records(directory: Path, seeds: list[int]) -> dict[str, dict]:
+    """The RL protocol's GRPO arms that have run, per seed, from its records."""
+    grpo = ArmRecords(directory)
+    return {name: record for s in seeds
+            if (record := grpo.load(name := f"grpo-seed{s}")) is not None}
 
 
 def the_test(rows: dict[str, list[dict]], seeds: list[int]) -> dict:
     """Each adversarial arm − GRPO over the multi-hop questions (and over all), seed means."""
-    multi = [i for i, r in enumerate(rows["start"]) if r["kind"] in MULTI_HOP]
+    multi = [i for i, r in enumerate(rows[f"grpo-seed{seeds[0]}"]) if r["kind"] in MULTI_HOP]
     f1 = {arm: seed_mean([rows[f"{arm}-seed{s}"] for s in seeds], "f1")
           for arm in ("grpo", *ARMS)}
     out: dict = {"multi_hop_questions": len(multi)}
@@ -151,19 +154,46 @@ def the_test(rows: dict[str, list[dict]], seeds: list[int]) -> dict:
     return out
 
 
+def write_aggregate(args: argparse.Namespace, records: ArmRecords, names: list[str]) -> None:
+    """The protocol's record from the arms recorded so far; the test once every arm and every
+    GRPO arm has run."""
+    done = {name: record for name in names if (record := records.load(name)) is not None}
+    grpo = grpo_records(args.grpo_records, args.seeds)
+    rows = {name: record["rows"] for name, record in (grpo | done).items()}
+    complete = len(done) == len(names) and len(grpo) == len(args.seeds)
+    report = {"start": str(args.start), "judge": str(args.judge), "seeds": args.seeds,
+              "steps": args.steps, "questions_per_step": args.questions_per_step,
+              "heldout": args.heldout, "grpo_records": str(args.grpo_records),
+              "start_digests": {name: record["start_digest"]
+                                for name, record in (grpo | done).items()},
+              "arms": {name: record["training"] | {k: record[k] for k in ("cpu", "finished")}
+                       for name, record in done.items()},
+              "arms_missing": [name for name in (*names, *(f"grpo-seed{s}" for s in args.seeds))
+                               if name not in rows],
+              "heldout_results": {name: summary(r) for name, r in rows.items()},
+              "verifier": {name: record["verifier"] for name, record in done.items()
+                           if "verifier" in record},
+              "test": the_test(rows, args.seeds) if complete else None}
+    write_report(args.out, report)
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=RECORD_KEYS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=Path, required=True, help="the chaining warm-up")
     parser.add_argument("--judge", type=Path, required=True,
                         help="the judge's SFT adapter on --start (bench_judge.py's)")
-    parser.add_argument("--grpo-rows", type=Path, required=True,
-                        help="the RL protocol's rows (bench_rex_rag.py --out …'s _rows.jsonl)")
+    parser.add_argument("--grpo-records", type=Path,
+                        default=Path("bench/results/rex-rag-chaining"),
+                        help="the RL protocol's arm records (bench_rex_rag.py's --records)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=48, help="updates per arm and seed")
     parser.add_argument("--questions-per-step", type=int, default=4)
     parser.add_argument("--heldout", type=int, default=100, help="test (and dev) questions")
     parser.add_argument("--out", type=Path, default=Path("bench/results/adversarial-chaining.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-adversarial"))
+    parser.add_argument("--records", type=Path, default=None,
+                        help="the arms' committed records (default: --out without .json)")
     parser.add_argument("--arm", choices=tuple(ARMS), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
@@ -172,29 +202,15 @@ def main() -> None:
             parser.error(f"{flag}: {path} does not exist")
     offline_world()
     tracking.configure()
+    records = ArmRecords(args.records or args.out.with_suffix(""))
     if args.arm:
-        return train_one(args)
-    rows = grpo_rows(args.grpo_rows, args.seeds)  # refused before hours of training
-    arms = {f"{arm}-seed{s}": arm_result(args, arm, s) for s in args.seeds for arm in ARMS}
-    verifier: dict[str, dict] = {}
-    for s in args.seeds:
-        gar, arr = arms[f"gar-seed{s}"], arms[f"arr-seed{s}"]
-        config = arm_config(args, "arr", s).config
-        rows[f"gar-seed{s}"] = search_r1_rows(gar["model_dirs"]["reasoner"],
-                                              arm_config(args, "gar", s).config, args.heldout)
-        rows[f"arr-seed{s}"] = arr_rows(arr["model_dirs"], config, args.heldout, "test")
-        dev = arr_rows(arr["model_dirs"], config, args.heldout, "dev")
-        verifier[f"arr-seed{s}"] = {k: v for k, v in summarize(rows[f"arr-seed{s}"] + dev).items()
-                                    if k.startswith("verifier/")}
-    report = {"start": str(args.start), "judge": str(args.judge), "seeds": args.seeds,
-              "steps": args.steps, "questions_per_step": args.questions_per_step,
-              "heldout": args.heldout, "load_average": os.getloadavg(), "arms": arms,
-              "heldout_results": {name: summary(r) for name, r in rows.items()},
-              "verifier": verifier, "test": the_test(rows, args.seeds)}
-    write_report(args.out, report)
-    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows,
-               keys=(*ROW_KEYS, "cut_turns", "kind"))
-    print(json.dumps({"test": report["test"], "verifier": verifier}, indent=1))
+        return train_one(args, records)
+    names = [f"{arm}-seed{s}" for s in args.seeds for arm in ARMS]
+    for name in names:
+        if records.load(name) is None:
+            train_in_child(args, records, name)
+            write_aggregate(args, records, names)  # a killed session keeps what finished
+    write_aggregate(args, records, names)
 
 
 if __name__ == "__main__":

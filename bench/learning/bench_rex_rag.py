@@ -1,7 +1,8 @@
 """REX-RAG learning evidence: REX-RAG vs GRPO from one start policy, same updates, several seeds.
 
     python bench/learning/bench_rex_rag.py [--config configs/rex-rag.yaml] [--seeds 0 1 2] \
-        [--steps 24] [--questions-per-step 2] [--heldout 100] [--start MODEL_DIR]
+        [--steps 24] [--questions-per-step 2] [--heldout 100] [--start MODEL_DIR] \
+        [--records DIR]
 
 The protocol (declared in docs/rex-rag-experiments.md before any run):
 
@@ -18,19 +19,23 @@ The protocol (declared in docs/rex-rag-experiments.md before any run):
    per question kind (single, two-hop, three-hop, comparison) F1 and searches.
 4. **The test**: per question, each arm's F1 averaged over the seeds; the 95 % paired
    bootstrap interval of rex − grpo over the multi-hop questions (two-hop, three-hop,
-   comparison), and the same for searches per multi-hop question (rex − start).
+   comparison); of each arm − its start on the chained questions (F1, searches) and of
+   searches per multi-hop question. Each arm is paired with the start it trained from.
 
-Writes ``--out`` (``bench/results/rex-rag.json``) with ``rex-rag_rows.jsonl`` (each
-policy's score per held-out question) and ``rex-rag_curves.png`` (per-update curves of
-every run) beside it. Each arm trains in a child process and leaves ``<cache-dir>/<arm>.json``;
-a rerun reuses the arms that finished and resumes the others from their checkpoints.
+Each arm trains in a child process, which scores it (and, once, the start it trained from) on
+the held-out questions and writes its committed record ``<records>/<arm>-seed<k>.json``
+(``arm_records``; ``--records`` defaults to ``--out`` without ``.json``): the arms run over
+several sessions, and a rerun trains only the arms without a record (within a session, from
+their checkpoints in ``--cache-dir``). After each arm, ``--out``
+(``bench/results/rex-rag.json``) is written from the records so far, with
+``rex-rag_rows.jsonl`` (each policy's score per held-out question) and ``rex-rag_curves.png``
+(per-update curves of every run) beside it; the declared test once every arm has run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -43,12 +48,17 @@ from advrag.recipes.grpo import GrpoConfig
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from arm_records import ArmRecords, model_digest
 from bench_ur2 import ROW_KEYS, write_rows
 from bench_ur2 import evaluate as search_r1_rows
 from inputs import offline_world
-from reporting import child_json, write_report
+from reporting import child_json, cpu_description, write_report
 
 MULTI_HOP = ("two-hop", "three-hop", "comparison")
+CHAINED = ("two-hop", "three-hop")
+ARMS = ("grpo", "rex")
+"""Trained in this order for each seed: GRPO is also the adversarial protocol's baseline."""
+RECORD_KEYS = (*ROW_KEYS, "cut_turns", "kind")
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
 
@@ -87,34 +97,39 @@ def curves(run_id: str) -> dict[str, list[float]]:
                                           key=lambda m: m.step)] for key in CURVES}
 
 
-def arm_result(args: argparse.Namespace, arm: str, seed: int) -> dict:
-    """One arm's result: read from ``<cache-dir>/<arm>-seed<seed>.json`` when it was trained
-    before, else trained in a child process (each arm's rollout engine and policy are freed
-    when it exits; in one process they piled up) that writes that file."""
-    done = args.cache_dir / f"{arm}-seed{seed}.json"
-    if not done.is_file():
-        start = ["--start", str(args.start)] if args.start else []
-        child_json([sys.executable, __file__, "--config", args.config, "--steps", str(args.steps),
-                    "--questions-per-step", str(args.questions_per_step), *start,
-                    "--cache-dir", str(args.cache_dir), "--arm", arm, "--seeds", str(seed)])
-    return json.loads(done.read_text())
+def train_in_child(args: argparse.Namespace, records: ArmRecords, name: str) -> None:
+    """Train and score arm ``name`` in a child process, which writes its record (each arm's
+    rollout engine and policy are freed when it exits; in one process they piled up)."""
+    arm, seed = name.split("-seed")
+    start = ["--start", str(args.start)] if args.start else []
+    child_json([sys.executable, __file__, "--config", args.config, "--steps", str(args.steps),
+                "--questions-per-step", str(args.questions_per_step), *start,
+                "--heldout", str(args.heldout), "--cache-dir", str(args.cache_dir),
+                "--records", str(records.directory), "--arm", arm, "--seeds", seed])
 
 
-def train_one(args: argparse.Namespace, base: GrpoConfig) -> None:
-    """The child's work: train ``--arm`` for its seed from the shared start, write its result."""
+def train_one(args: argparse.Namespace, base: GrpoConfig, records: ArmRecords) -> None:
+    """The child's work: train ``--arm`` for its seed from the shared start, score it and its
+    start (once per start) on the held-out questions, write its record."""
     seed, name = args.seeds[0], f"{args.arm}-seed{args.seeds[0]}"
     config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
     shared = args.cache_dir / "rex-seed0" / "warmup"  # the first arm's, when no --start
-    result = train_arm(config, name, shared if not args.start and shared.is_dir() else None)
-    out = args.cache_dir / f"{name}.json"
-    out.with_suffix(".tmp").write_text(json.dumps(result) + "\n")
-    out.with_suffix(".tmp").replace(out)
-    print(json.dumps({"arm": name, "steps_run": result["steps_run"]}))
+    training = train_arm(config, name, shared if not args.start and shared.is_dir() else None)
+    start = args.start or config.checkpoint_dir / "warmup"
+    digest = model_digest(start)
+    records.start_rows(digest, lambda: kept_columns(evaluate(str(start), base, args.heldout)))
+    records.write(name, {"arm": args.arm, "seed": seed, "start": str(start),
+                         "start_digest": digest, "steps": args.steps,
+                         "questions_per_step": base.questions_per_step,
+                         "group_size": base.group_size, "cpu": cpu_description(),
+                         "training": training, "rows": kept_columns(
+                             evaluate(training["model_dir"], base, args.heldout))})
+    print(json.dumps({"arm": name, "steps_run": training["steps_run"]}))
 
 
-def start_policy(args: argparse.Namespace) -> Path:
-    """``--start``, or the warm-up the first arm trained (``rex-seed0/warmup``)."""
-    return args.start or args.cache_dir / "rex-seed0" / "warmup"
+def kept_columns(rows: list[dict]) -> list[dict]:
+    """The columns a record keeps of each scored row (no transcripts)."""
+    return [{key: row[key] for key in RECORD_KEYS} for row in rows]
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
@@ -158,27 +173,48 @@ def paired(a: list[float], b: list[float]) -> dict:
     return {"diff": diff, "ci95": [lo, hi], "n": len(a)}
 
 
-def the_test(rows: dict[str, list[dict]], seeds: list[int]) -> dict:
-    """The declared comparisons over the multi-hop questions (and over all, for context)."""
-    multi = [i for i, r in enumerate(rows["start"]) if r["kind"] in MULTI_HOP]
-    arm = {name: [rows[f"{name}-seed{s}"] for s in seeds] for name in ("rex", "grpo")}
-    f1 = {name: seed_mean(runs, "f1") for name, runs in arm.items()}
-    searches = {name: seed_mean(runs, "n_searches") for name, runs in arm.items()}
-    start_searches = [r["n_searches"] for r in rows["start"]]
+def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
+             seeds: list[int]) -> dict:
+    """The declared comparisons, per question on seed means: rex − grpo over the multi-hop
+    questions (and over all, for context); each arm − its own start on the chained questions
+    (F1) and on the multi-hop ones (searches). ``starts[name]`` is arm ``name``'s start's rows."""
+    kinds = [r["kind"] for r in rows[f"grpo-seed{seeds[0]}"]]
+    multi = [i for i, kind in enumerate(kinds) if kind in MULTI_HOP]
+    chained = [i for i, kind in enumerate(kinds) if kind in CHAINED]
 
-    def pick(values: list[float]) -> list[float]:
-        return [values[i] for i in multi]
+    def mean(name: str, key: str, own_start: bool = False) -> list[float]:
+        return seed_mean([(starts if own_start else rows)[f"{name}-seed{s}"] for s in seeds], key)
 
-    return {
-        "multi_hop_questions": len(multi),
-        "rex-grpo_f1_multi_hop": paired(pick(f1["rex"]), pick(f1["grpo"])),
-        "rex-grpo_f1_all": paired(f1["rex"], f1["grpo"]),
-        "rex-start_searches_multi_hop": paired(pick(searches["rex"]), pick(start_searches)),
-        "grpo-start_searches_multi_hop": paired(pick(searches["grpo"]), pick(start_searches)),
-        "per_seed_rex-grpo_f1_multi_hop": {
-            str(s): paired(pick([r["f1"] for r in rows[f"rex-seed{s}"]]),
-                           pick([r["f1"] for r in rows[f"grpo-seed{s}"]])) for s in seeds},
-    }
+    def pick(values: list[float], where: list[int]) -> list[float]:
+        return [values[i] for i in where]
+
+    out = {"multi_hop_questions": len(multi), "chained_questions": len(chained),
+           "rex-grpo_f1_multi_hop": paired(pick(mean("rex", "f1"), multi),
+                                           pick(mean("grpo", "f1"), multi)),
+           "rex-grpo_f1_all": paired(mean("rex", "f1"), mean("grpo", "f1")),
+           "per_seed_rex-grpo_f1_multi_hop": {
+               str(s): paired(pick([r["f1"] for r in rows[f"rex-seed{s}"]], multi),
+                              pick([r["f1"] for r in rows[f"grpo-seed{s}"]], multi))
+               for s in seeds}}
+    for arm in ARMS:
+        out[f"{arm}-start_f1_chained"] = paired(pick(mean(arm, "f1"), chained),
+                                                pick(mean(arm, "f1", own_start=True), chained))
+        for where, part in (("multi_hop", multi), ("chained", chained)):
+            out[f"{arm}-start_searches_{where}"] = paired(
+                pick(mean(arm, "n_searches"), part),
+                pick(mean(arm, "n_searches", own_start=True), part))
+    return out
+
+
+def against_start(rows: list[dict], start: list[dict]) -> dict:
+    """One arm of one seed − its start, per question: F1 on the chained and on the multi-hop
+    questions, searches on the chained ones."""
+    def part(kinds: tuple[str, ...], key: str) -> dict:
+        pairs = [(r[key], s[key]) for r, s in zip(rows, start, strict=True) if r["kind"] in kinds]
+        return paired([a for a, _ in pairs], [b for _, b in pairs])
+
+    return {"f1_chained": part(CHAINED, "f1"), "f1_multi_hop": part(MULTI_HOP, "f1"),
+            "searches_chained": part(CHAINED, "n_searches")}
 
 
 def curves_figure(arms: dict[str, dict]):
@@ -215,6 +251,8 @@ def main() -> None:
                         help="a saved model every arm starts from (default: the config's warm-up)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/rex-rag.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-rex-rag"))
+    parser.add_argument("--records", type=Path, default=None,
+                        help="the arms' committed records (default: --out without .json)")
     parser.add_argument("--arm", choices=("rex", "grpo"), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
@@ -230,28 +268,43 @@ def main() -> None:
     if args.questions_per_step:
         base = base.model_copy(update={"questions_per_step": args.questions_per_step})
     args.questions_per_step = base.questions_per_step
+    records = ArmRecords(args.records or args.out.with_suffix(""))
     if args.arm:
-        return train_one(args, base)
-    arms = {f"{arm}-seed{seed}": arm_result(args, arm, seed)
-            for seed in args.seeds for arm in ("rex", "grpo")}
-    rows = {"start": evaluate(str(start_policy(args)), base, args.heldout)}
-    for name, arm in arms.items():
-        rows[name] = evaluate(arm["model_dir"], base, args.heldout)
+        return train_one(args, base, records)
+    names = [f"{arm}-seed{seed}" for seed in args.seeds for arm in ARMS]
+    for name in names:
+        if records.load(name) is None:
+            train_in_child(args, records, name)
+            write_aggregate(args, base, records, names)  # a killed session keeps what finished
+    write_aggregate(args, base, records, names)
+
+
+def write_aggregate(args: argparse.Namespace, base: GrpoConfig, records: ArmRecords,
+                    names: list[str]) -> None:
+    """The protocol's record from the arms recorded so far; the declared test once all are."""
+    done = {name: record for name in names if (record := records.load(name)) is not None}
+    if not done:
+        return
+    digests = sorted({record["start_digest"] for record in done.values()})
+    start_rows = {d: records.load(f"start-{d}")["rows"] for d in digests}
+    rows = {("start" if len(digests) == 1 else f"start-{d}"): r for d, r in start_rows.items()}
+    rows |= {name: record["rows"] for name, record in done.items()}
+    own_start = {name: start_rows[record["start_digest"]] for name, record in done.items()}
     report = {"config": args.config, "seeds": args.seeds, "steps": args.steps,
               "questions_per_step": base.questions_per_step, "group_size": base.group_size,
               "start": str(args.start) if args.start else "the config's warm-up",
+              "start_digests": {name: record["start_digest"] for name, record in done.items()},
               "heldout": args.heldout, "max_turns": base.max_turns,
-              "load_average": os.getloadavg(), "arms": arms,
+              "arms": {name: record["training"] | {k: record[k] for k in ("cpu", "finished")}
+                       for name, record in done.items()},
+              "arms_missing": [name for name in names if name not in done],
               "heldout_results": {name: summary(r) for name, r in rows.items()},
-              "test": the_test(rows, args.seeds)}
+              "vs_own_start": {name: against_start(rows[name], own_start[name]) for name in done},
+              "test": the_test(rows, own_start, args.seeds) if len(done) == len(names) else None}
     write_report(args.out, report)
-    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows,
-               keys=(*ROW_KEYS, "cut_turns", "kind"))
-    curves_figure(arms).savefig(args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
-    print(json.dumps({"heldout": {k: {"f1": v["f1"]["mean"], "searches": v["searches"]}
-                                  for k, v in report["heldout_results"].items()},
-                      "test": report["test"]}, indent=1))
-
+    write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=RECORD_KEYS)
+    curves_figure({name: record["training"] for name, record in done.items()}).savefig(
+        args.out.with_name(f"{args.out.stem}_curves.png"), dpi=110)
 
 if __name__ == "__main__":
     main()

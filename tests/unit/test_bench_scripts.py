@@ -189,54 +189,149 @@ def test_a_childs_result_is_its_last_json_line(monkeypatch):
     assert child_json([sys.executable, "-c", "print('x'); print('{\"n\": 3}')"]) == {"n": 3}
 
 
-def test_the_rex_rag_test_pairs_seed_means_on_the_multi_hop_questions(monkeypatch):
+def kinded_rows(f1s, searches=(1, 1, 1, 1)):
+    """Four scored rows, one of each question kind, with the columns an arm record keeps."""
+    kinds = ["single", "two-hop", "three-hop", "comparison"]
+    return [{"id": f"q{i}", "kind": k, "f1": f, "em": f, "n_searches": n, "cut_turns": 0,
+             "format_errors": 0, "prediction": "x"}
+            for i, (k, f, n) in enumerate(zip(kinds, f1s, searches))]
+
+
+def test_the_rex_rag_test_pairs_seed_means_each_arm_with_its_own_start(monkeypatch):
     on_path(monkeypatch, "learning")
     import bench_rex_rag
 
-    def rows(f1s, searches):
-        kinds = ["single", "two-hop", "three-hop", "comparison"]
-        return [{"kind": k, "f1": f, "n_searches": s} for k, f, s in zip(kinds, f1s, searches)]
-
-    table = {"start": rows([0.5, 0.0, 0.0, 0.0], [1, 1, 1, 1]),
-             "rex-seed0": rows([0.0, 1.0, 0.5, 0.0], [2, 2, 3, 2]),
-             "rex-seed1": rows([0.0, 0.0, 0.5, 1.0], [2, 2, 1, 2]),
-             "grpo-seed0": rows([1.0, 0.0, 0.0, 0.0], [1, 1, 1, 1]),
-             "grpo-seed1": rows([1.0, 0.0, 0.5, 0.0], [1, 1, 1, 1])}
-    test = bench_rex_rag.the_test(table, [0, 1])
-    assert test["multi_hop_questions"] == 3
+    start = kinded_rows([0.5, 0.0, 0.0, 0.0])
+    table = {"rex-seed0": kinded_rows([0.0, 1.0, 0.5, 0.0], [2, 2, 3, 2]),
+             "rex-seed1": kinded_rows([0.0, 0.0, 0.5, 1.0], [2, 2, 1, 2]),
+             "grpo-seed0": kinded_rows([1.0, 0.0, 0.0, 0.0]),
+             "grpo-seed1": kinded_rows([1.0, 0.0, 0.5, 0.0])}
+    starts = {name: start for name in table}  # grpo seed 1 was trained from another rebuild:
+    starts["grpo-seed1"] = kinded_rows([0.5, 0.0, 0.5, 0.0], [1, 2, 1, 1])
+    test = bench_rex_rag.the_test(table, starts, [0, 1])
+    assert (test["multi_hop_questions"], test["chained_questions"]) == (3, 2)
     # seed means on the multi-hop questions: rex [½, ½, ½], grpo [0, ¼, 0] → mean diff 5/12
     assert test["rex-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
     assert test["rex-grpo_f1_all"]["diff"] == pytest.approx((5 / 12 * 3 - 1) / 4)
-    # rex searches per multi-hop question [2, 2, 2] vs the start policy's 1
-    assert test["rex-start_searches_multi_hop"]["diff"] == pytest.approx(1.0)
     assert test["per_seed_rex-grpo_f1_multi_hop"]["1"]["diff"] == pytest.approx((0.0 + 0.0 + 1.0) / 3)
+    # chained (two-, three-hop): grpo [0, ¼] against its own starts' mean [0, ¼] → 0
+    assert test["grpo-start_f1_chained"]["diff"] == pytest.approx(0.0)
+    assert test["rex-start_f1_chained"]["diff"] == pytest.approx(0.5)
+    # searches on chained questions: rex [2, 2] − [1, 1]; grpo [1, 1] − [1½, 1] → −¼
+    assert test["rex-start_searches_chained"]["diff"] == pytest.approx(1.0)
+    assert test["grpo-start_searches_chained"]["diff"] == pytest.approx(-0.25)
+    assert test["rex-start_searches_multi_hop"]["diff"] == pytest.approx(1.0)
 
 
-def test_the_adversarial_test_pairs_each_arm_with_grpo_on_the_same_questions(monkeypatch,
-                                                                            tmp_path):
+def test_an_arm_record_is_written_whole_and_a_start_is_scored_once(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    from arm_records import ArmRecords, model_digest
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "b.safetensors").write_bytes(b"second")
+    (model / "a.safetensors").write_bytes(b"first")
+    (model / "config.json").write_text("{}")  # not a weight file: not in the digest
+    import hashlib
+    assert model_digest(model) == hashlib.sha256(b"firstsecond").hexdigest()[:16]
+    (model / "b.safetensors").write_bytes(b"secone")
+    assert model_digest(model) != hashlib.sha256(b"firstsecond").hexdigest()[:16]
+    with pytest.raises(SystemExit, match="no \\*.safetensors"):
+        model_digest(tmp_path)
+    records, scored = ArmRecords(tmp_path / "records"), []
+    assert records.load("grpo-seed0") is None
+    for _ in range(2):
+        rows = records.start_rows("d1", lambda: scored.append(1) or [{"f1": 1.0}])
+    assert rows == [{"f1": 1.0}] and scored == [1]
+    records.write("grpo-seed0", {"rows": []})
+    assert records.load("grpo-seed0")["finished"].endswith("UTC")
+    assert sorted(p.name for p in records.directory.iterdir()) == ["grpo-seed0.json",
+                                                                   "start-d1.json"]
+
+
+def test_the_rex_rag_record_grows_arm_by_arm_and_tests_once_all_have_run(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import argparse
+    import types
+
+    import bench_rex_rag
+    from arm_records import ArmRecords
+
+    records = ArmRecords(tmp_path / "rex-rag-chaining")
+    records.start_rows("aaaa", lambda: kinded_rows([0.5, 0.0, 0.0, 0.0]))
+    training = {"run_id": "r", "model_dir": "m", "steps_run": 2, "wall_s": 1.0,
+                "curves": {key: [0.1, 0.2] for key in bench_rex_rag.CURVES}}
+
+    def finish(name, digest, f1s):
+        records.write(name, {"start_digest": digest, "training": training, "cpu": "test CPU",
+                             "rows": kinded_rows(f1s)})
+
+    args = argparse.Namespace(config="c.yaml", seeds=[0], steps=2, start=None, heldout=4,
+                              out=tmp_path / "rex-rag-chaining.json")
+    base = types.SimpleNamespace(questions_per_step=1, group_size=2, max_turns=4)
+    names = ["grpo-seed0", "rex-seed0"]
+    finish("grpo-seed0", "aaaa", [0.5, 1.0, 0.0, 0.0])
+    bench_rex_rag.write_aggregate(args, base, records, names)
+    report = json.loads(args.out.read_text())
+    assert report["test"] is None and report["arms_missing"] == ["rex-seed0"]
+    assert report["vs_own_start"]["grpo-seed0"]["f1_chained"]["diff"] == pytest.approx(0.5)
+    assert set(report["heldout_results"]) == {"start", "grpo-seed0"}
+    records.start_rows("bbbb", lambda: kinded_rows([0.5, 1.0, 1.0, 0.0]))
+    finish("rex-seed0", "bbbb", [0.5, 1.0, 1.0, 0.0])  # from another rebuild of the start
+    bench_rex_rag.write_aggregate(args, base, records, names)
+    report = json.loads(args.out.read_text())
+    assert report["arms_missing"] == [] and report["test"]["rex-grpo_f1_all"]["diff"] == 0.25
+    assert report["test"]["rex-start_f1_chained"]["diff"] == pytest.approx(0.0)
+    policies = {json.loads(line)["policy"]
+                for line in (tmp_path / "rex-rag-chaining_rows.jsonl").read_text().splitlines()}
+    assert policies == {"start-aaaa", "start-bbbb", "grpo-seed0", "rex-seed0"}
+    assert (tmp_path / "rex-rag-chaining_curves.png").stat().st_size > 0
+
+
+def test_the_adversarial_test_pairs_each_arm_with_grpo_on_the_same_questions(monkeypatch):
     on_path(monkeypatch, "learning")
     import bench_adversarial
 
-    def rows(f1s):
-        kinds = ["single", "two-hop", "three-hop", "comparison"]
-        return [{"kind": k, "f1": f} for k, f in zip(kinds, f1s)]
-
-    table = {"start": rows([0.5, 0.0, 0.0, 0.0]),
-             "grpo-seed0": rows([1.0, 0.0, 0.0, 0.0]), "grpo-seed1": rows([1.0, 0.0, 0.5, 0.0]),
-             "gar-seed0": rows([0.0, 1.0, 0.5, 0.0]), "gar-seed1": rows([0.0, 0.0, 0.5, 1.0]),
-             "arr-seed0": rows([1.0, 0.0, 0.0, 0.0]), "arr-seed1": rows([1.0, 0.0, 0.5, 0.0])}
+    table = {"grpo-seed0": kinded_rows([1.0, 0.0, 0.0, 0.0]),
+             "grpo-seed1": kinded_rows([1.0, 0.0, 0.5, 0.0]),
+             "gar-seed0": kinded_rows([0.0, 1.0, 0.5, 0.0]),
+             "gar-seed1": kinded_rows([0.0, 0.0, 0.5, 1.0]),
+             "arr-seed0": kinded_rows([1.0, 0.0, 0.0, 0.0]),
+             "arr-seed1": kinded_rows([1.0, 0.0, 0.5, 0.0])}
     test = bench_adversarial.the_test(table, [0, 1])
     # multi-hop seed means: gar [½, ½, ½], grpo [0, ¼, 0] → 5/12; arr = grpo → 0
     assert test["multi_hop_questions"] == 3
     assert test["gar-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
     assert test["arr-grpo_f1_multi_hop"]["diff"] == pytest.approx(0.0)
     assert test["arr-grpo_f1_all"]["n"] == 4
-    record = tmp_path / "rows.jsonl"  # the RL protocol's rows, without the seed-1 GRPO arm
-    record.write_text("".join(f'{{"policy": "{name}", "f1": 0.0, "kind": "single"}}\n'
-                              for name in ("start", "grpo-seed0")))
-    with pytest.raises(SystemExit, match=r"no rows for \['grpo-seed1'\]"):
-        bench_adversarial.grpo_rows(record, [0, 1])
-    assert set(bench_adversarial.grpo_rows(record, [0])) == {"start", "grpo-seed0"}
+
+
+def test_the_adversarial_record_waits_for_its_grpo_arms_before_the_test(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import argparse
+
+    import bench_adversarial
+    from arm_records import ArmRecords
+
+    grpo, mine = ArmRecords(tmp_path / "rex-rag-chaining"), ArmRecords(tmp_path / "adv")
+    training = {"run_id": "r", "steps_run": 1, "wall_s": 1.0, "curves": {}}
+    for name, f1s in (("gar-seed0", [0.0, 1.0, 0.5, 0.0]), ("arr-seed0", [1.0, 0.0, 0.0, 0.0])):
+        mine.write(name, {"start_digest": "d", "training": training, "cpu": "test CPU",
+                          "rows": kinded_rows(f1s)} | (
+                              {"verifier": {"verifier/flagged_wrong": 0.5}} if "arr" in name else {}))
+    args = argparse.Namespace(start=tmp_path, judge=tmp_path, seeds=[0], steps=1,
+                              questions_per_step=1, heldout=4, grpo_records=grpo.directory,
+                              out=tmp_path / "adversarial-chaining.json")
+    names = ["gar-seed0", "arr-seed0"]
+    bench_adversarial.write_aggregate(args, mine, names)
+    report = json.loads(args.out.read_text())
+    assert report["test"] is None and report["arms_missing"] == ["grpo-seed0"]
+    assert report["verifier"] == {"arr-seed0": {"verifier/flagged_wrong": 0.5}}
+    grpo.write("grpo-seed0", {"start_digest": "d", "rows": kinded_rows([1.0, 0.0, 0.0, 0.0])})
+    bench_adversarial.write_aggregate(args, mine, names)
+    report = json.loads(args.out.read_text())
+    assert report["arms_missing"] == []
+    assert report["test"]["gar-grpo_f1_multi_hop"]["diff"] == pytest.approx(0.5)
 
 
 def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
