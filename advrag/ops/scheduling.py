@@ -3,7 +3,8 @@
 Everything binds to 127.0.0.1 and keeps its state in ``PREFECT_HOME``
 (``.prefect/`` in the project): the server's SQLite database, and for each
 background process a pid file and a log (``server.pid``/``server.log``,
-``worker.pid``/``worker.log``). ``schedule`` is re-runnable: live processes are
+``worker.pid``/``worker.log``). The worker runs under ``advrag.ops.supervise``, which
+starts it again when it exits. ``schedule`` is re-runnable: live processes are
 reused and the deployments re-registered (Prefect then re-queues their future
 runs). When it has to start the worker, the nights missed meanwhile are
 cancelled, not replayed back to back. ``unschedule`` stops the worker before
@@ -98,8 +99,8 @@ def schedule(root: Path, home: Path, *, port: int = 4200, pool: str = "advrag-lo
     run_cli(["--no-prompt", "deploy", *names, "--pool", pool], env, root)
     if running(home, "worker") is None:
         skip_missed_runs(api_url(port), project_credential(home))
-    ensure_started(home, "worker", [*prefect_cli(), "worker", "start", "--pool", pool,
-                                    "--type", "process", "--limit", "1",
+    ensure_started(home, "worker", [*supervised(), *prefect_cli(), "worker", "start", "--pool",
+                                    pool, "--type", "process", "--limit", "1",
                                     "--install-policy", "never"], env, root)
     return Scheduled(f"http://{HOST}:{port}", api_url(port), port, pool, tuple(deployments),
                      server_start_s, home)
@@ -199,6 +200,12 @@ def api_headers(url: str, credential: str, client: str = "advrag-schedule") -> d
     response.raise_for_status()
     return {**auth, "Prefect-Csrf-Token": response.json()["token"],
             "Prefect-Csrf-Client": client}
+
+
+def supervised() -> list[str]:
+    """The prefix that restarts a command when it exits (``advrag.ops.supervise``): a worker
+    that gave up on a stalled server comes back instead of leaving the nights unrun."""
+    return [sys.executable, "-m", "advrag.ops.supervise", "--"]
 
 
 def prefect_cli() -> list[str]:

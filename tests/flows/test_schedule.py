@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -199,9 +200,26 @@ def test_the_scheduler_creates_the_cron_runs(scheduled):
     assert starts == next_two_am_berlin(3)
 
 
+def supervised_worker(info, other_than: int | None = None) -> int:
+    """The pid of the Prefect worker that ``advrag schedule``'s supervisor runs (one other than
+    ``other_than``), once it runs."""
+    supervisor = int((info.home / "worker.pid").read_text())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+        if children and int(children[0]) != other_than:
+            return int(children[0])
+        time.sleep(0.2)
+    raise AssertionError(f"the supervisor {supervisor} started no new worker within 60 s")
+
+
 @pytest.mark.slow
-def test_a_triggered_run_completes_on_the_worker(scheduled):
+def test_a_triggered_run_completes_on_a_worker_restarted_after_it_died(scheduled):
     root, info = scheduled
+    died = supervised_worker(info)
+    os.kill(died, signal.SIGKILL)  # as a worker that gave up on a stalled server exits
+    supervised_worker(info, other_than=died)
+    assert "exited with code -9" in (info.home / "worker.log").read_text()
     env = scheduling.prefect_env(info.home, info.port)
     out = scheduling.run_cli(["deployment", "run", "nightly/nightly"], env, root)
     run_id = re.search(r"UUID: (\S+)", out).group(1)
