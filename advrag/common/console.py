@@ -20,7 +20,6 @@ a terminal, as tqdm does, and nothing is redirected.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import time
@@ -143,11 +142,35 @@ def warnings_and_up(record: logging.LogRecord) -> bool:
 
 def progress(label: str, total: int, unit: str, initial: int = 0) -> tqdm:
     """A stage's progress bar: ``initial`` of ``total`` ``unit`` done (questions,
-    demonstrations, slices, updates). It draws on the session's terminal, else on stderr when
-    that is a terminal; where the terminal is a file, once at the start and once at the end.
+    demonstrations, slices, updates). It draws on the session's terminal, else on stderr.
+    Where that is a file (a background run's log), the bar is a line at the start, one every
+    ``LOG_INTERVAL_S`` and one at the end, so a log shows how far a long stage is.
     A context manager (or ``close()`` it)."""
     stream = _terminal or sys.stderr
     interactive = stream.isatty()
-    return tqdm(total=total, initial=initial, desc=label, unit=unit, file=stream,
-                bar_format=BAR_FORMAT, disable=False if _terminal else None,
-                mininterval=0.5 if interactive else math.inf, dynamic_ncols=interactive)
+    return tqdm(total=total, initial=initial, desc=label, unit=unit,
+                file=stream if interactive else LineStream(stream), bar_format=BAR_FORMAT,
+                disable=False, mininterval=0.5 if interactive else LOG_INTERVAL_S,
+                maxinterval=LOG_INTERVAL_S, dynamic_ncols=interactive)
+
+
+LOG_INTERVAL_S = 60.0
+"""How often a bar writes a line into a log file."""
+
+
+class LineStream:
+    """A file as tqdm's stream: each redraw (tqdm's carriage return, then the bar) becomes a
+    line of its own instead of one ever-longer line of overwritten bars."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+

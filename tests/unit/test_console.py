@@ -146,3 +146,25 @@ def test_a_commands_session_keeps_what_the_process_prints_on_its_way_out_in_the_
     assert (result.returncode, result.stdout, result.stderr) == (0, "| the table |\n", "")
     log = next(tmp_path.glob("exit-*.log")).read_text()
     assert "after the session" in log and "a library's goodbye at exit" in log
+
+
+BACKGROUND_BARS = """
+import sys
+from advrag.common import console
+console.LOG_INTERVAL_S = 0.0  # a line at every update, as a long stage writes one a minute
+with console.progress("rejection sampling", 3, "rollouts") as bar:
+    for _ in range(3):
+        bar.update(1)
+"""
+
+
+def test_a_bar_in_a_background_runs_log_is_a_line_per_redraw(tmp_path):
+    """No session and stderr a file (``nohup … > log``): the bar still shows, a line each time."""
+    log = tmp_path / "run.log"
+    with log.open("w") as stderr:
+        subprocess.run([sys.executable, "-c", BACKGROUND_BARS], stderr=stderr, check=True,
+                       cwd=ROOT, timeout=120)
+    lines = log.read_text().splitlines()
+    assert "\r" not in log.read_text()
+    assert [line.split()[-3] for line in lines][:1] == ["0/3"]
+    assert lines[-1].split()[-3:-1] == ["3/3", "rollouts"] and len(lines) >= 2
