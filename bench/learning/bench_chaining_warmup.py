@@ -31,6 +31,7 @@ chosen by).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -114,8 +115,9 @@ def demonstrations(config: GrpoConfig, limit: int, every_three_hop: bool = False
 def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
                       out: Path) -> list:
     """The correct rollouts (EM 1, no format error) of ``k`` samples of each of the first
-    ``questions`` chained training questions, kept in ``out`` (read back when there, so a
-    killed run does not sample again)."""
+    ``questions`` chained training questions, kept in ``out`` (gzipped JSON when it ends in
+    ``.gz``; read back when there, so a killed run, or a later session given the committed
+    set, does not sample again)."""
     from advrag.agents.search_loop import run_search_agent
     from advrag.agents.types import Segment, Trajectory
     from advrag.engines.local.generation import HFGenerator
@@ -124,7 +126,7 @@ def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
 
     if out.is_file():
         return [Trajectory(segments=[Segment(s["text"], s["source"]) for s in t])
-                for t in json.loads(out.read_text())]
+                for t in json.loads(read_text(out))]
     chained = [r for r in load_qa(config.world_dir / "train.jsonl")
                if question_kind(r) in ("two-hop", "three-hop")][:questions]
     policy = load_policy(model)
@@ -141,10 +143,23 @@ def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
             bar.set_postfix(kept=len(kept), refresh=False)
             bar.update(len(batch))
     print(f"rejection sampling: kept {len(kept)} of {len(chained) * k} rollouts", flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([[{"text": s.text, "source": s.source} for s in t.segments]
-                               for t in kept]))
+    write_text(out, json.dumps([[{"text": s.text, "source": s.source} for s in t.segments]
+                                for t in kept]))
     return kept
+
+
+def read_text(path: Path) -> str:
+    """A text file, gunzipped when its name ends in ``.gz``."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all, gzipped (reproducibly: no time stamp) for ``.gz``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def scored(model: str, config: GrpoConfig, split: str, limit: int, out: Path) -> dict:
@@ -176,6 +191,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--rejection", type=int, default=0, help="K samples a question; 0: none")
     parser.add_argument("--rejection-questions", type=int, default=200)
+    parser.add_argument("--kept", type=Path, default=None,
+                        help="the rejection round's kept rollouts: read when there (a committed "
+                        "set: no sampling), else sampled and written there")
     parser.add_argument("--score", choices=["all", "last", "none"], default="all",
                         help="benchmark every snapshot, the last one only, or none (rebuild)")
     parser.add_argument("--out", type=Path, default=None, help="the record to write "
@@ -192,7 +210,7 @@ def main() -> None:
         snapshots[f"epoch {epoch + 1}"] = model
     if args.rejection:
         kept = rejection_samples(config, model, args.rejection, args.rejection_questions,
-                                 work / f"rs{args.rejection}-kept.json")
+                                 args.kept or work / f"rs{args.rejection}-kept.json")
         extra["rejection_kept"] = len(kept)
         snapshots[f"rejection round (k {args.rejection})"] = str(finetune_once(
             config, model, kept, args.epochs, work / f"rs{args.rejection}"))
@@ -213,6 +231,7 @@ def main() -> None:
                f"{args.split} --limit {args.limit}"
                + (f" --rejection {args.rejection} --rejection-questions "
                   f"{args.rejection_questions}" if args.rejection else "")
+               + (f" --kept {args.kept}" if args.kept else "")
                + (" --score last" if args.score == "last" else "")
                + (f" --out {args.out}" if args.out else ""))
     out = args.out or ROOT / f"bench/results/chaining_warmup-{arm}{suffix}-{args.split}.json"

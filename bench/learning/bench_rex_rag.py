@@ -253,6 +253,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-rex-rag"))
     parser.add_argument("--records", type=Path, default=None,
                         help="the arms' committed records (default: --out without .json)")
+    parser.add_argument("--start-only", action="store_true",
+                        help="score --start on the held-out questions (once per start) and stop")
     parser.add_argument("--arm", choices=("rex", "grpo"), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
@@ -261,6 +263,8 @@ def main() -> None:
     base = load_config(args.config, GrpoConfig)
     if base.exploration is None:
         parser.error(f"--config {args.config}: no exploration: section, nothing to compare")
+    if args.start_only and not args.start:
+        parser.error("--start-only scores --start: give it")
     if args.start and not (args.start / "config.json").is_file():
         parser.error(f"--start {args.start}: no saved model there (no config.json)")
     if args.start:  # RL starts from it: no warm-up of the config's own
@@ -271,6 +275,11 @@ def main() -> None:
     records = ArmRecords(args.records or args.out.with_suffix(""))
     if args.arm:
         return train_one(args, base, records)
+    if args.start:  # scored (and committed) first: a session that ends mid-arm keeps it
+        records.start_rows(model_digest(args.start),
+                           lambda: kept_columns(evaluate(str(args.start), base, args.heldout)))
+    if args.start_only:
+        return print(f"the start {args.start} is scored in {records.directory}")
     names = [f"{arm}-seed{seed}" for seed in args.seeds for arm in ARMS]
     for name in names:
         if records.load(name) is None:

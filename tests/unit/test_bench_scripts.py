@@ -334,6 +334,26 @@ def test_the_adversarial_record_waits_for_its_grpo_arms_before_the_test(tmp_path
     assert report["test"]["gar-grpo_f1_multi_hop"]["diff"] == pytest.approx(0.5)
 
 
+def test_a_committed_rejection_set_is_read_back_instead_of_sampled(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import gzip
+
+    import bench_chaining_warmup as warmup
+
+    kept = [[{"text": "<|im_start|>user\nQ?", "source": "prompt"},
+             {"text": "<answer> Varhir </answer>", "source": "policy"}]]
+    path = tmp_path / "rs4-kept.json.gz"
+    warmup.write_text(path, json.dumps(kept))
+    assert json.loads(gzip.decompress(path.read_bytes())) == kept
+    first = path.read_bytes()
+    warmup.write_text(path, json.dumps(kept))
+    assert path.read_bytes() == first  # no time stamp in the gzip header: the same bytes
+    # no config and no model: a set that is there is read, never sampled
+    [trajectory] = warmup.rejection_samples(None, "no-such-model", 4, 200, path)
+    assert [(s.text, s.source) for s in trajectory.segments] == [
+        ("<|im_start|>user\nQ?", "prompt"), ("<answer> Varhir </answer>", "policy")]
+
+
 def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     from reporting import child_json
