@@ -1,6 +1,10 @@
 """``amx_attention`` (config) reaches every policy a recipe or the discriminator SFT builds,
 and a policy with it off keeps SDPA attention while it trains (on any CPU)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from advrag.recipes.arr import ArrConfig, ArrRecipe
@@ -42,3 +46,13 @@ def test_a_policy_with_it_off_trains_on_sdpa():
     policy = TrainablePolicy(model, keep_reference=False, cpu_bf16=True, amx_attention=False)
     with policy.training():
         assert model.config._attn_implementation == "sdpa"
+
+
+def test_torchs_avx2_capability_holds_the_kernels_back_too():
+    """``ATEN_CPU_CAPABILITY=avx2`` (an AVX2-only CPU's kernels, on any CPU): no AVX-512 ones
+    of ours either, so attention is SDPA's, as on such a CPU."""
+    probe = ("import torch; from advrag.engines.local.attention import kernel_cpu; "
+             "print(torch.backends.cpu.get_cpu_capability(), kernel_cpu())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env=os.environ | {"ATEN_CPU_CAPABILITY": "avx2"}).stdout.split()
+    assert out[-2:] in (["AVX2", "False"], ["DEFAULT", "False"])

@@ -47,8 +47,11 @@ log = logging.getLogger(__name__)
 
 
 def kernel_cpu() -> bool:
-    """Whether this CPU runs AVX512-BF16, the kernels' instructions, as torch detects it."""
-    return torch.cpu._is_avx512_bf16_supported()
+    """Whether this CPU runs AVX512-BF16, the kernels' instructions, as torch detects it, and
+    torch runs its own AVX-512 kernels here (``ATEN_CPU_CAPABILITY=avx2`` holds a run to an
+    AVX2-only CPU's kernels: these are held back with torch's)."""
+    return (torch.cpu._is_avx512_bf16_supported()
+            and torch.backends.cpu.get_cpu_capability() == "AVX512")
 
 
 @functools.cache
