@@ -145,6 +145,19 @@ bench-chaining: install
 	$(PY) bench/learning/bench_chaining_warmup.py --variant full --every-three-hop --split dev
 	$(PY) bench/learning/scoreboard.py
 
+# The RL protocol from the chaining start (docs/chaining-experiments.md): the start rebuilt from
+# the committed rejection set, scored once per start, then the next arm without a committed
+# record (bench/results/rex-rag-chaining/), about 1.3 h an arm on two cores; rerun each session.
+.PHONY: bench-rl-chaining
+bench-rl-chaining: install vllm
+	$(PY) bench/learning/bench_chaining_warmup.py --variant full --demonstrations 256 \
+	  --every-three-hop --epochs 1 --rejection 4 --rejection-questions 200 --score none \
+	  --kept bench/results/chaining_warmup-full-3hop-rs4-kept.json.gz
+	$(PY) bench/learning/bench_rex_rag.py --config configs/rex-rag.yaml --seeds 0 1 2 --steps 48 \
+	  --questions-per-step 4 --heldout 100 --start .cache/advrag/chaining/full-3hop/rs4 \
+	  --out bench/results/rex-rag-chaining.json --cache-dir .cache/advrag/bench-rex-rag-chaining
+	$(PY) bench/learning/scoreboard.py
+
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
 # installs it with --require-hashes, its build tools first (build-tools.lock) so an sdist builds
