@@ -177,7 +177,8 @@ def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
              seeds: list[int]) -> dict:
     """The declared comparisons, per question on seed means: rex − grpo over the multi-hop
     questions (and over all, for context); each arm − its own start on the chained questions
-    (F1) and on the multi-hop ones (searches). ``starts[name]`` is arm ``name``'s start's rows."""
+    (F1, searches) and on the multi-hop ones (searches). ``starts[name]`` is arm ``name``'s
+    start's rows."""
     kinds = [r["kind"] for r in rows[f"grpo-seed{seeds[0]}"]]
     multi = [i for i, kind in enumerate(kinds) if kind in MULTI_HOP]
     chained = [i for i, kind in enumerate(kinds) if kind in CHAINED]
