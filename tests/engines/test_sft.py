@@ -165,6 +165,6 @@ def test_the_warm_up_bar_counts_demonstrations_over_the_epochs(tiny_policy_dir, 
     with console.session("sft", log_dir=tmp_path):
         history = supervised_finetune(policy, tokenizer, _demos(), SFTConfig(epochs=2, batch_size=3))
     assert len(history) == 3
-    drawn = capfd.readouterr().err.rstrip("\n").split("\r")
-    assert [line.split()[0] for line in drawn if line] == ["warm-up", "warm-up"]  # start, end
-    assert " 0/8 demonstrations [" in drawn[1] and " 8/8 demonstrations [" in drawn[2]
+    drawn = capfd.readouterr().err.splitlines()  # not a terminal: a line a redraw
+    assert [line.split()[0] for line in drawn] == ["warm-up", "warm-up"]  # start, end
+    assert " 0/8 demonstrations [" in drawn[0] and " 8/8 demonstrations [" in drawn[1]
