@@ -160,15 +160,17 @@ LOG_INTERVAL_S = 60.0
 
 class LineStream:
     """A file as tqdm's stream: each redraw (tqdm's carriage return, then the bar) becomes a
-    line of its own instead of one ever-longer line of overwritten bars."""
+    line of its own instead of one ever-longer line of overwritten bars; a redraw that changed
+    nothing (the closing one, after the last update's) is not written again."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
+        self.stream, self.last = stream, ""
 
     def write(self, text: str) -> None:
         line = text.replace("\r", "").rstrip()
-        if line:
+        if line and line != self.last:
             self.stream.write(line + "\n")
+            self.last = line
 
     def flush(self) -> None:
         self.stream.flush()

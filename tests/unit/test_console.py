@@ -168,3 +168,4 @@ def test_a_bar_in_a_background_runs_log_is_a_line_per_redraw(tmp_path):
     assert "\r" not in log.read_text()
     assert [line.split()[-3] for line in lines][:1] == ["0/3"]
     assert lines[-1].split()[-3:-1] == ["3/3", "rollouts"] and len(lines) >= 2
+    assert len(lines) == len(set(lines))  # the closing redraw repeats the last: written once
