@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from advrag.common.fileio import atomic_write_text
+
 
 def model_digest(model_dir: Path) -> str:
     """The first 16 hex digits of the SHA-256 of a saved model's weight files (sorted by name)."""
@@ -51,11 +53,8 @@ class ArmRecords:
 
     def write(self, name: str, record: dict) -> None:
         """Write ``name``'s record whole or not at all, stamped with the date it finished."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         record = record | {"finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        tmp = self.path(name).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(self.path(name))
+        atomic_write_text(self.path(name), [json.dumps(record, indent=1), "\n"])
 
     def start_rows(self, digest: str, score: Callable[[], list[dict]]) -> list[dict]:
         """The held-out rows of the start whose weights have ``digest``: read back, or scored

@@ -155,11 +155,11 @@ def read_text(path: Path) -> str:
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` whole or not at all, gzipped (reproducibly: no time stamp) for ``.gz``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    from advrag.common.fileio import atomic_file
+
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz"
+                        else text.encode())
 
 
 def scored(model: str, config: GrpoConfig, split: str, limit: int, out: Path) -> dict:
