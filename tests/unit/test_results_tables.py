@@ -135,3 +135,18 @@ def test_the_readme_is_as_its_results_files_say(tables):
     text = tables.README.read_text()
     assert tables.BLOCK.search(text), "the README has no generated block"
     assert tables.refresh(text) == text
+
+
+def test_a_partial_rex_record_lists_its_arms_against_their_starts_and_no_test_yet(tables):
+    diff = {"diff": 0.25, "ci95": [0.0, 0.5], "n": 44}
+    report = {"test": None, "arms_missing": ["rex-seed0", "grpo-seed1"],
+              "start_digests": {"grpo-seed0": "ae5f3a65be9a0380"},
+              "arms": {"grpo-seed0": {"finished": "2026-12-04 10:00 UTC", "cpu": "Xeon"}},
+              "vs_own_start": {"grpo-seed0": {"f1_chained": diff, "f1_multi_hop": diff,
+                                              "searches_chained": diff}}}
+    header, rows = tables.rex_vs_start_table(report)
+    assert rows == [["grpo-seed0", "ae5f3a65", "+0.250 [+0.000, +0.500]",
+                     "+0.250 [+0.000, +0.500]", "+0.250 [+0.000, +0.500]",
+                     "2026-12-04 10:00 UTC", "Xeon"]]
+    _, [waiting] = tables.rex_test_table(report)
+    assert waiting == ["not yet: arms still to run", "2", "rex-seed0, grpo-seed1"]
