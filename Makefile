@@ -145,18 +145,31 @@ bench-chaining: install
 	$(PY) bench/learning/bench_chaining_warmup.py --variant full --every-three-hop --split dev
 	$(PY) bench/learning/scoreboard.py
 
-# The RL protocol from the chaining start (docs/chaining-experiments.md): the start rebuilt from
-# the committed rejection set, scored once per start, then the next arm without a committed
-# record (bench/results/rex-rag-chaining/), about 1.3 h an arm on two cores; rerun each session.
-.PHONY: bench-rl-chaining
-bench-rl-chaining: install vllm
+# The chosen chaining start (docs/chaining-experiments.md), rebuilt from the committed rejection
+# set without sampling: about 25 minutes on two cores, in every session (.cache/ does not last).
+.PHONY: chaining-start
+chaining-start: install
 	$(PY) bench/learning/bench_chaining_warmup.py --variant full --demonstrations 256 \
 	  --every-three-hop --epochs 1 --rejection 4 --rejection-questions 200 --score none \
 	  --kept bench/results/chaining_warmup-full-3hop-rs4-kept.json.gz
+
+# The RL protocol from the chaining start (docs/chaining-experiments.md): the start scored once per
+# digest of its weights, then the next arm without a committed record
+# (bench/results/rex-rag-chaining/), about 1.3 h an arm on two cores; rerun each session.
+.PHONY: bench-rl-chaining
+bench-rl-chaining: chaining-start vllm
 	$(PY) bench/learning/bench_rex_rag.py --config configs/rex-rag.yaml --seeds 0 1 2 --steps 48 \
 	  --questions-per-step 4 --heldout 100 --start .cache/advrag/chaining/full-3hop/rs4 \
 	  --out bench/results/rex-rag-chaining.json --cache-dir .cache/advrag/bench-rex-rag-chaining
 	$(PY) bench/learning/scoreboard.py
+
+# The judge protocol from the chaining start (docs/gar-experiments.md): its labelled slice set is
+# committed once built (sampling the start's rollouts takes most of a session), and a later
+# session's run unpacks it and goes straight to the SFT.
+.PHONY: bench-judge
+bench-judge: chaining-start
+	$(PY) bench/learning/bench_judge.py --start .cache/advrag/chaining/full-3hop/rs4 --name pipeline \
+	  --slices-archive bench/results/judge-pipeline-slices.jsonl.gz
 
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script

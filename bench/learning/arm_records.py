@@ -1,4 +1,5 @@
-"""Learning records that outlive a machine: one committed file per finished arm and per start.
+"""Learning records that outlive a machine: one committed file per finished arm and per start,
+and the sampled sets a run is built from (gzipped, ``read_text``/``write_text``).
 
 A learning protocol of several arms and seeds runs longer than this project's sessions, and a
 session's ``.cache/`` (checkpoints, the rebuilt start policy) does not outlive it. So an arm is
@@ -15,13 +16,26 @@ start by the digest of the start's weights, and each start is scored once, into
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from advrag.common.fileio import atomic_write_text
+from advrag.common.fileio import atomic_file, atomic_write_text
+
+
+def read_text(path: Path) -> str:
+    """A committed text file, gunzipped when its name ends in ``.gz``."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all, gzipped (reproducibly: no time stamp) for ``.gz``."""
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz"
+                        else text.encode())
 
 
 def model_digest(model_dir: Path) -> str:

@@ -31,7 +31,6 @@ chosen by).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
@@ -46,6 +45,7 @@ from advrag.recipes.base import trainable_policy
 from advrag.recipes.grpo import GrpoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
+from arm_records import read_text, write_text
 from inputs import offline_world
 from reporting import write_report
 
@@ -146,20 +146,6 @@ def rejection_samples(config: GrpoConfig, model: str, k: int, questions: int,
     write_text(out, json.dumps([[{"text": s.text, "source": s.source} for s in t.segments]
                                 for t in kept]))
     return kept
-
-
-def read_text(path: Path) -> str:
-    """A text file, gunzipped when its name ends in ``.gz``."""
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` whole or not at all, gzipped (reproducibly: no time stamp) for ``.gz``."""
-    from advrag.common.fileio import atomic_file
-
-    with atomic_file(path) as tmp:
-        tmp.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz"
-                        else text.encode())
 
 
 def scored(model: str, config: GrpoConfig, split: str, limit: int, out: Path) -> dict:

@@ -343,7 +343,7 @@ def test_a_committed_rejection_set_is_read_back_instead_of_sampled(tmp_path, mon
     kept = [[{"text": "<|im_start|>user\nQ?", "source": "prompt"},
              {"text": "<answer> Varhir </answer>", "source": "policy"}]]
     path = tmp_path / "rs4-kept.json.gz"
-    warmup.write_text(path, json.dumps(kept))
+    warmup.write_text(path, json.dumps(kept))  # arm_records' helper
     assert json.loads(gzip.decompress(path.read_bytes())) == kept
     first = path.read_bytes()
     warmup.write_text(path, json.dumps(kept))
@@ -352,6 +352,49 @@ def test_a_committed_rejection_set_is_read_back_instead_of_sampled(tmp_path, mon
     [trajectory] = warmup.rejection_samples(None, "no-such-model", 4, 200, path)
     assert [(s.text, s.source) for s in trajectory.segments] == [
         ("<|im_start|>user\nQ?", "prompt"), ("<answer> Varhir </answer>", "policy")]
+
+
+def test_a_judge_slice_set_is_committed_once_built_and_unpacked_by_a_later_session(
+        tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import argparse
+
+    import bench_judge
+
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "model.safetensors").write_bytes(b"weights")
+    (start / "config.json").write_text("{}")
+    import hashlib
+    digest = hashlib.sha256(b"weights").hexdigest()[:16]
+    archive = tmp_path / "results" / "judge-pipeline-slices.jsonl.gz"
+    args = argparse.Namespace(start=str(start), slices_archive=archive, name="pipeline",
+                              questions=None, heldout_fraction=0.5, rollouts=2, epochs=4)
+    config = bench_judge.judge_config(args).model_copy(update={"out_dir": tmp_path / "slices"})
+    # a set this session built (as a killed run leaves it): committed, with its start's digest
+    rows = '{"id": "q1/demonstration/0", "sound": true}\n{"id": "q1/corrupted/0", "sound": false}\n'
+    config.out_dir.mkdir()
+    (config.out_dir / "slices.jsonl").write_text(rows)
+    made = {"start": str(start), **config.model_dump(mode="json", exclude={
+        "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
+        "registered_model"})}
+    (config.out_dir / "made-with.json").write_text(json.dumps(made) + "\n")
+    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", digest)
+    header, _, committed = bench_judge.read_text(archive).partition("\n")
+    assert json.loads(header) == {"made_with": made, "rollouts_from": digest}
+    assert committed == rows
+    # a later session: no .cache, another start (its CPU's rebuild); the set is unpacked verbatim
+    import shutil
+    shutil.rmtree(config.out_dir)
+    (start / "model.safetensors").write_bytes(b"rebuilt elsewhere")
+    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", digest)
+    assert (config.out_dir / "slices.jsonl").read_text() == rows
+    assert json.loads((config.out_dir / "made-with.json").read_text()) == made
+    # other settings than the committed set's: refused, naming both
+    other = argparse.Namespace(**{**vars(args), "rollouts": 4})
+    with pytest.raises(SystemExit, match="rollouts.: 2.*rollouts.: 4.*another --slices-archive"):
+        bench_judge.slice_set(bench_judge.judge_config(other).model_copy(
+            update={"out_dir": tmp_path / "slices"}), other)
 
 
 def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
