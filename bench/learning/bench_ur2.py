@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from advrag.common.fileio import atomic_write_text
 from advrag.config import BenchmarkConfig, load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.recipes.ur2 import UR2Config
@@ -163,9 +164,7 @@ def write_rows(path: Path, rows: dict[str, list[dict]], keys: tuple[str, ...] = 
     written whole or not at all."""
     lines = [json.dumps({"policy": name, **{k: row[k] for k in keys}})
              for name, policy_rows in rows.items() for row in policy_rows]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, ["\n".join(lines), "\n"])
 
 
 def curves_figure(arms: dict[str, dict]):
