@@ -163,13 +163,13 @@ bench-rl-chaining: chaining-start vllm
 	  --out bench/results/rex-rag-chaining.json --cache-dir .cache/advrag/bench-rex-rag-chaining
 	$(PY) bench/learning/scoreboard.py
 
-# The judge protocol from the chaining start (docs/gar-experiments.md): its labelled slice set is
-# committed once built (sampling the start's rollouts takes most of a session), and a later
-# session's run unpacks it and goes straight to the SFT.
+# The judge protocol from the chaining start (docs/gar-experiments.md): the start's rollouts as they
+# are sampled and the labelled slice set once built go to bench/results/judge-pipeline/ to be
+# committed; a later session's run samples on after the rollouts, or goes straight to the SFT.
 .PHONY: bench-judge
 bench-judge: chaining-start
 	$(PY) bench/learning/bench_judge.py --start .cache/advrag/chaining/full-3hop/rs4 --name pipeline \
-	  --slices-archive bench/results/judge-pipeline-slices.jsonl.gz
+	  --archive bench/results/judge-pipeline
 
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script

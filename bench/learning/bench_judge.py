@@ -1,7 +1,7 @@
 """GAR's judge against the evidence: held-out AUROC on slices of held-out questions.
 
     python bench/learning/bench_judge.py --start PATH [--name NAME] [--questions N]
-        [--heldout-fraction F] [--rollouts K] [--epochs E] [--slices-archive FILE.jsonl.gz]
+        [--heldout-fraction F] [--rollouts K] [--epochs E] [--archive DIR]
 
 Runs the ``discriminator-sft`` flow (``configs/discriminator.yaml`` with these overrides) on the
 world's training questions from ``--start`` (the chosen warm-up: the policy GAR trains and whose
@@ -14,17 +14,21 @@ AUROC and loss, and the passages the evidence cap left out. The protocol and its
 ``docs/gar-experiments.md``. Resumable: the labelled slice set is built once
 (``.cache/advrag/judge/<name>/slices``) and each finished SFT epoch is kept until the SFT ends,
 so a rerun of the same command goes on where a killed one stopped. Across sessions (whose
-``.cache/`` does not survive), ``--slices-archive`` commits the slice set once it is built, and a
-later session's run unpacks it and goes straight to the SFT; the report names the start the SFT
-ran on and the start whose rollouts the set holds, by the digests of their weights.
+``.cache/`` does not survive), ``--archive DIR`` keeps what to commit: the rollouts as they are
+sampled, which a later session's run samples on after, and the slice set once it is built, which
+a later session's run unpacks to go straight to the SFT. The report names the start the SFT ran
+on, and the starts whose rollouts the set holds, by the digests of their weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from advrag.common.fileio import atomic_write_text
@@ -38,6 +42,8 @@ from inputs import offline_world
 from reporting import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
+SLICES, ROLLOUTS = "slices.jsonl.gz", "rollouts.jsonl.gz"
+"""What ``--archive`` holds: the finished slice set, and the rollouts sampled so far."""
 
 
 def judge_config(args: argparse.Namespace) -> DiscriminatorSFTConfig:
@@ -51,51 +57,125 @@ def judge_config(args: argparse.Namespace) -> DiscriminatorSFTConfig:
         "experiment": "advrag-bench-judge"})
 
 
-def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace) -> tuple[Path, str]:
-    """The run's labelled slice set and the digest of the start whose rollouts it holds.
+def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
+              ) -> tuple[Path, list[dict]]:
+    """The run's labelled slice set, and the starts whose rollouts it holds (``[{"start":
+    digest, "rollouts": n}]``, in the order sampled).
 
     Built once (the ``gar-slices`` flow, from ``--start``) and reused by a rerun of the same
     arguments, so a killed run does not label again; refused when it was made with other ones.
-    With ``--slices-archive``, a set committed there by an earlier session is unpacked instead
-    (a session's ``.cache/`` does not outlive it, and sampling the rollouts takes most of one),
-    and a set built here is committed there."""
+    With ``--archive DIR``, what a session's ``.cache/`` would lose goes there, to be committed:
+    the rollouts as they are sampled (``rollouts.jsonl.gz``, packed every few minutes; a later
+    session samples on after them) and the finished set (``slices.jsonl.gz``, which a later
+    session unpacks instead of building)."""
     from advrag.flows.discriminator_sft import gar_slices
+    from advrag.tasks.discriminator import rollout_cache
 
     made = {"start": args.start, **config.model_dump(mode="json", exclude={
         "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
         "registered_model"})}  # what the slices depend on
     path, marker = config.out_dir / "slices.jsonl", config.out_dir / "made-with.json"
-    archive = args.slices_archive
-    if archive is not None and archive.is_file():
-        return unpacked(archive, made, path, marker)
+    archive = args.archive
+    if archive is not None and (archive / SLICES).is_file():
+        return unpacked(archive / SLICES, made, path, marker)
+    cache, digest = rollout_cache(config, args.start), model_digest(resolve_model_dir(args.start))
+    rollouts = archive / ROLLOUTS if archive is not None else None
+    carried = carried_rollouts(rollouts, cache, made) if rollouts is not None else []
     if path.is_file() and marker.is_file():
         if json.loads(marker.read_text()) != made:
             raise SystemExit(f"{config.out_dir} holds slices made with {marker.read_text()}; "
                              "use another --name or delete it")
     else:
-        gar_slices(config, base=args.start)
+        with packed_rollouts(cache, rollouts, made, carried, digest):
+            gar_slices(config, base=args.start)
         marker.write_text(json.dumps(made) + "\n")
-    digest = model_digest(resolve_model_dir(args.start))
+    segments = rollout_segments(carried, digest, whole_lines(cache).count("\n"))
     if archive is not None:
-        header = {"made_with": made, "rollouts_from": digest}
-        write_text(archive, json.dumps(header) + "\n" + path.read_text())
-        print(f"committed the slice set: {archive} (rollouts of start {digest})", flush=True)
-    return path, digest
+        header = {"made_with": made, "rollouts_from": segments}
+        write_text(archive / SLICES, json.dumps(header) + "\n" + path.read_text())
+        print(f"the slice set, to commit: {archive / SLICES} (rollouts of {segments})", flush=True)
+    return path, segments
 
 
-def unpacked(archive: Path, made: dict, path: Path, marker: Path) -> tuple[Path, str]:
+def unpacked(archive: Path, made: dict, path: Path, marker: Path) -> tuple[Path, list[dict]]:
     """The committed slice set ``archive`` (a header line, then ``slices.jsonl`` verbatim, so its
     content hash is the same) written to ``path``; refused when made with other settings."""
-    header, _, rows = read_text(archive).partition("\n")
-    header = json.loads(header)
-    if header["made_with"] != made:
-        raise SystemExit(f"{archive} holds slices made with {json.dumps(header['made_with'])}, "
-                         f"not these settings ({json.dumps(made)}); rerun with the same "
-                         "arguments, or give another --slices-archive to build a new set")
+    header, rows = committed(archive, made)
     atomic_write_text(path, [rows])
     atomic_write_text(marker, [json.dumps(made), "\n"])
-    print(f"slice set from {archive} (rollouts of start {header['rollouts_from']})", flush=True)
+    print(f"slice set from {archive} (rollouts of {header['rollouts_from']})", flush=True)
     return path, header["rollouts_from"]
+
+
+def committed(archive: Path, made: dict) -> tuple[dict, str]:
+    """A committed file's header and body; refused when made with other settings."""
+    header, _, body = read_text(archive).partition("\n")
+    header = json.loads(header)
+    if header["made_with"] != made:
+        raise SystemExit(f"{archive} was made with {json.dumps(header['made_with'])}, not these "
+                         f"settings ({json.dumps(made)}); rerun with the same arguments, or give "
+                         "another --archive to start anew")
+    return header, body
+
+
+def carried_rollouts(archive: Path, cache: Path, made: dict) -> list[dict]:
+    """The rollouts earlier sessions committed in ``archive``, put in this run's rollout cache
+    (unless it holds more) so the sampler goes on after them; their segments (as
+    ``slice_set``'s), none when nothing was committed."""
+    if not archive.is_file():
+        return []
+    header, rows = committed(archive, made)
+    if whole_lines(cache).count("\n") < rows.count("\n"):
+        atomic_write_text(cache, [rows])
+    return header["segments"]
+
+
+def whole_lines(path: Path) -> str:
+    """A file's text up to its last newline (a line being appended is left out); "" if none."""
+    text = path.read_text() if path.is_file() else ""
+    return text[:text.rfind("\n") + 1]
+
+
+def rollout_segments(carried: list[dict], digest: str, rollouts: int) -> list[dict]:
+    """``carried``, then this run's start for the rest of ``rollouts`` (merged into the last
+    segment when it is the same start)."""
+    new = rollouts - sum(s["rollouts"] for s in carried)
+    if new <= 0:
+        return carried
+    if carried and carried[-1]["start"] == digest:
+        return carried[:-1] + [{"start": digest, "rollouts": carried[-1]["rollouts"] + new}]
+    return carried + [{"start": digest, "rollouts": new}]
+
+
+@contextlib.contextmanager
+def packed_rollouts(cache: Path, archive: Path | None, made: dict, carried: list[dict],
+                    digest: str, every_s: float = 300.0) -> Iterator[None]:
+    """While the body samples, pack the rollout cache into ``archive`` every ``every_s`` seconds
+    and once when it ends, finished or not (nothing when ``archive`` is None)."""
+    if archive is None:
+        yield
+        return
+
+    def pack() -> None:
+        rows = whole_lines(cache)
+        if rows:
+            header = {"made_with": made,
+                      "segments": rollout_segments(carried, digest, rows.count("\n"))}
+            write_text(archive, json.dumps(header) + "\n" + rows)
+
+    def keep_packing() -> None:
+        while not stop.wait(every_s):
+            pack()
+
+    stop = threading.Event()
+    packer = threading.Thread(target=keep_packing, daemon=True)
+    packer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        packer.join()
+        pack()
 
 
 def epoch_history(run_id: str) -> list[dict[str, float]]:
@@ -124,9 +204,9 @@ def main() -> None:
     parser.add_argument("--heldout-fraction", type=float, default=0.5)
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--slices-archive", type=Path, default=None,
-                        help="a committed slice set (.jsonl.gz): unpacked when there, else "
-                             "written there once built")
+    parser.add_argument("--archive", type=Path, default=None,
+                        help="a directory to commit: the rollouts as sampled and the slice set "
+                             "once built; a later session's run goes on from what it holds")
     args = parser.parse_args()
     offline_world()
     from advrag.datasets.records import read_jsonl
@@ -140,7 +220,7 @@ def main() -> None:
                + (f"--questions {args.questions} " if args.questions else "")
                + f"--heldout-fraction {args.heldout_fraction} --rollouts {args.rollouts} "
                f"--epochs {args.epochs}"
-               + (f" --slices-archive {args.slices_archive}" if args.slices_archive else ""))
+               + (f" --archive {args.archive}" if args.archive else ""))
     write_report(ROOT / f"bench/results/judge-{args.name}.json", {
         "command": command, "start": args.start,
         "start_digest": model_digest(resolve_model_dir(args.start)),

@@ -354,47 +354,105 @@ def test_a_committed_rejection_set_is_read_back_instead_of_sampled(tmp_path, mon
         ("<|im_start|>user\nQ?", "prompt"), ("<answer> Varhir </answer>", "policy")]
 
 
-def test_a_judge_slice_set_is_committed_once_built_and_unpacked_by_a_later_session(
-        tmp_path, monkeypatch):
-    on_path(monkeypatch, "learning")
+def judge_run(tmp_path, weights: bytes, **overrides):
+    """bench_judge's arguments and config for a start whose weights are ``weights``."""
     import argparse
 
     import bench_judge
 
     start = tmp_path / "start"
-    start.mkdir()
-    (start / "model.safetensors").write_bytes(b"weights")
+    start.mkdir(exist_ok=True)
+    (start / "model.safetensors").write_bytes(weights)
     (start / "config.json").write_text("{}")
-    import hashlib
-    digest = hashlib.sha256(b"weights").hexdigest()[:16]
-    archive = tmp_path / "results" / "judge-pipeline-slices.jsonl.gz"
-    args = argparse.Namespace(start=str(start), slices_archive=archive, name="pipeline",
-                              questions=None, heldout_fraction=0.5, rollouts=2, epochs=4)
-    config = bench_judge.judge_config(args).model_copy(update={"out_dir": tmp_path / "slices"})
-    # a set this session built (as a killed run leaves it): committed, with its start's digest
-    rows = '{"id": "q1/demonstration/0", "sound": true}\n{"id": "q1/corrupted/0", "sound": false}\n'
-    config.out_dir.mkdir()
-    (config.out_dir / "slices.jsonl").write_text(rows)
+    args = argparse.Namespace(**{
+        "start": str(start), "archive": tmp_path / "results" / "judge-pipeline", "name": "p",
+        "questions": None, "heldout_fraction": 0.5, "rollouts": 2, "epochs": 4, **overrides})
+    config = bench_judge.judge_config(args).model_copy(update={
+        "out_dir": tmp_path / "slices", "checkpoint_dir": tmp_path / "judge"})
     made = {"start": str(start), **config.model_dump(mode="json", exclude={
         "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
         "registered_model"})}
-    (config.out_dir / "made-with.json").write_text(json.dumps(made) + "\n")
-    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", digest)
-    header, _, committed = bench_judge.read_text(archive).partition("\n")
-    assert json.loads(header) == {"made_with": made, "rollouts_from": digest}
-    assert committed == rows
-    # a later session: no .cache, another start (its CPU's rebuild); the set is unpacked verbatim
+    return args, config, made
+
+
+def test_a_judge_slice_set_is_committed_once_built_and_unpacked_by_a_later_session(
+        tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import hashlib
     import shutil
+
+    import bench_judge
+
+    from advrag.tasks.discriminator import rollout_cache
+
+    args, config, made = judge_run(tmp_path, b"weights")
+    digest = hashlib.sha256(b"weights").hexdigest()[:16]
+    # a set this session built (as a killed run leaves it), from 3 rollouts of this start
+    rows = '{"id": "q1/demonstration/0", "sound": true}\n{"id": "q1/corrupted/0", "sound": false}\n'
+    config.out_dir.mkdir()
+    (config.out_dir / "slices.jsonl").write_text(rows)
+    (config.out_dir / "made-with.json").write_text(json.dumps(made) + "\n")
+    cache = rollout_cache(config, args.start)
+    cache.parent.mkdir(parents=True)
+    cache.write_text('{"r": 1}\n{"r": 2}\n{"r": 3}\n')
+    segments = [{"start": digest, "rollouts": 3}]
+    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", segments)
+    header, _, body = bench_judge.read_text(args.archive / "slices.jsonl.gz").partition("\n")
+    assert json.loads(header) == {"made_with": made, "rollouts_from": segments}
+    assert body == rows
+    # a later session: no .cache, another start (its CPU's rebuild); the set is unpacked verbatim
     shutil.rmtree(config.out_dir)
-    (start / "model.safetensors").write_bytes(b"rebuilt elsewhere")
-    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", digest)
+    shutil.rmtree(config.checkpoint_dir)
+    args, config, made = judge_run(tmp_path, b"rebuilt elsewhere")
+    assert bench_judge.slice_set(config, args) == (config.out_dir / "slices.jsonl", segments)
     assert (config.out_dir / "slices.jsonl").read_text() == rows
     assert json.loads((config.out_dir / "made-with.json").read_text()) == made
     # other settings than the committed set's: refused, naming both
-    other = argparse.Namespace(**{**vars(args), "rollouts": 4})
-    with pytest.raises(SystemExit, match="rollouts.: 2.*rollouts.: 4.*another --slices-archive"):
-        bench_judge.slice_set(bench_judge.judge_config(other).model_copy(
-            update={"out_dir": tmp_path / "slices"}), other)
+    args, config, _ = judge_run(tmp_path, b"rebuilt elsewhere", rollouts=4)
+    with pytest.raises(SystemExit, match="rollouts.: 2.*rollouts.: 4.*another --archive"):
+        bench_judge.slice_set(config, args)
+
+
+def test_judge_rollouts_are_packed_as_sampled_and_a_later_session_samples_on_after_them(
+        tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_judge
+
+    from advrag.tasks.discriminator import rollout_cache
+
+    args, config, made = judge_run(tmp_path, b"first cpu")
+    cache, archive = rollout_cache(config, args.start), args.archive / "rollouts.jsonl.gz"
+    cache.parent.mkdir(parents=True)
+    # a session killed while sampling: what its cache held when it stopped is packed,
+    # a line being appended left out
+    with pytest.raises(KeyboardInterrupt), \
+            bench_judge.packed_rollouts(cache, archive, made, [], "d1", every_s=3600):
+        cache.write_text('{"r": 1}\n{"r": 2}\n{"r": 3')
+        raise KeyboardInterrupt
+    header, _, rows = bench_judge.read_text(archive).partition("\n")
+    assert json.loads(header) == {"made_with": made, "segments": [{"start": "d1", "rollouts": 2}]}
+    assert rows == '{"r": 1}\n{"r": 2}\n'
+    # the next session, on another start: the committed rollouts go into its own cache first
+    args, config, made = judge_run(tmp_path, b"second cpu")
+    cache = rollout_cache(config, args.start)
+    assert not cache.exists()
+    carried = bench_judge.carried_rollouts(archive, cache, made)
+    assert carried == [{"start": "d1", "rollouts": 2}] and cache.read_text() == rows
+    import time
+    with bench_judge.packed_rollouts(cache, archive, made, carried, "d2", every_s=0.01):
+        cache.write_text(rows + '{"r": 3}\n{"r": 4}\n{"r": 5}\n')
+        deadline = time.monotonic() + 30
+        while bench_judge.read_text(archive).count("\n") < 6:  # packed while sampling goes on
+            assert time.monotonic() < deadline, "the rollouts were not packed while sampling"
+            time.sleep(0.01)
+    header, _, rows = bench_judge.read_text(archive).partition("\n")
+    assert json.loads(header)["segments"] == [{"start": "d1", "rollouts": 2},
+                                              {"start": "d2", "rollouts": 3}]
+    assert rows.count("\n") == 5
+    # the same start again merges into its segment; nothing new adds nothing
+    assert bench_judge.rollout_segments([{"start": "d2", "rollouts": 3}], "d2", 5) == [
+        {"start": "d2", "rollouts": 5}]
+    assert bench_judge.rollout_segments(carried, "d9", 2) == carried
 
 
 def test_a_childs_cwd_is_where_it_runs(tmp_path, monkeypatch):
