@@ -327,12 +327,21 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def _is_prefect(pid: int) -> bool:
-    """A live (not zombie) process whose command line runs Prefect."""
-    proc = Path(f"/proc/{pid}")
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        cmdline = (proc / "cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z" and b"prefect" in cmdline
+def _is_prefect(pid: int, proc_root: Path = Path("/proc"), settle_s: float = 2.0) -> bool:
+    """A live (not zombie) process whose command line runs Prefect.
+
+    A process caught inside its exec (as right after ``Popen`` returns: the kernel closes the
+    pipe ``Popen`` waits on before it sets up the new command line) shows an empty one; it is
+    read again for up to ``settle_s`` seconds rather than taken for someone else's, whose pid
+    file ``running`` would remove while the process goes on untracked."""
+    proc = proc_root / str(pid)
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (proc / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return False
+        if cmdline or state == "Z" or time.monotonic() >= deadline:
+            return state != "Z" and b"prefect" in cmdline
+        time.sleep(0.01)
