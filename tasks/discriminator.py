@@ -11,6 +11,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from advrag.common import console
+from advrag.common.fileio import atomic_write_text, whole_lines
 from advrag.datasets.records import QARecord
 from advrag.recipes.gar import DiscriminatorSFTConfig
 from advrag.tasks import tracking
@@ -82,10 +83,9 @@ def kept_rows(cache: Path) -> list[dict]:
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         return []
-    text = cache.read_text()
-    whole = text[:text.rfind("\n") + 1]
-    if whole != text:
-        cache.write_text(whole)
+    whole = whole_lines(cache)
+    if len(whole.encode("utf-8")) != cache.stat().st_size:
+        atomic_write_text(cache, [whole])
     return [json.loads(line) for line in whole.splitlines()]
 
 

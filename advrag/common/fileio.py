@@ -126,6 +126,14 @@ def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
     return found
 
 
+def whole_lines(path: str | os.PathLike) -> str:
+    """A file's text up to its last newline (a line still being appended, or one a killed write
+    left unfinished, is left out); "" when the file is not there."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return text[:text.rfind("\n") + 1]
+
+
 def atomic_write_text(path: str | os.PathLike, chunks: Iterable[str]) -> None:
     """Write text chunks to ``path`` atomically (UTF-8, fsynced before the rename)."""
     with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:

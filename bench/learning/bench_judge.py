@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from advrag.common.fileio import atomic_write_text
+from advrag.common.fileio import atomic_write_text, whole_lines
 from advrag.config import load_config
 from advrag.models.loading import resolve_model_dir
 from advrag.recipes.gar import DiscriminatorSFTConfig
@@ -128,12 +128,6 @@ def carried_rollouts(archive: Path, cache: Path, made: dict) -> list[dict]:
     if whole_lines(cache).count("\n") < rows.count("\n"):
         atomic_write_text(cache, [rows])
     return header["segments"]
-
-
-def whole_lines(path: Path) -> str:
-    """A file's text up to its last newline (a line being appended is left out); "" if none."""
-    text = path.read_text() if path.is_file() else ""
-    return text[:text.rfind("\n") + 1]
 
 
 def rollout_segments(carried: list[dict], digest: str, rollouts: int) -> list[dict]:

@@ -108,3 +108,26 @@ def test_names_the_helpers_give_are_the_ones_cleared():
         assert fileio.LEFTOVER.match(name), name
     for name in (".keep", "step-00000004", "notes.tmp", ".tmp", ".data.lock"):
         assert not fileio.LEFTOVER.match(name), name
+
+
+def test_whole_lines_leave_out_a_line_being_written(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    assert fileio.whole_lines(path) == ""
+    path.write_text('{"a": "é"}\n{"b": 2}\n{"c"')
+    assert fileio.whole_lines(path) == '{"a": "é"}\n{"b": 2}\n'
+    path.write_text('{"c"')
+    assert fileio.whole_lines(path) == ""
+
+
+def test_kept_rows_cut_an_unfinished_last_line_off_the_file_and_only_then(tmp_path):
+    from advrag.tasks.discriminator import kept_rows
+
+    cache = tmp_path / "new" / "rollouts.jsonl"
+    assert kept_rows(cache) == [] and cache.parent.is_dir()
+    cache.write_text('{"q": "é"}\n{"q": 2}\n')
+    before = cache.stat().st_mtime_ns, cache.stat().st_ino
+    assert kept_rows(cache) == [{"q": "é"}, {"q": 2}]
+    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == before  # whole: not rewritten
+    cache.write_text('{"q": "é"}\n{"q": 2}\n{"q": 3')
+    assert kept_rows(cache) == [{"q": "é"}, {"q": 2}]
+    assert cache.read_text() == '{"q": "é"}\n{"q": 2}\n'
