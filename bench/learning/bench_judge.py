@@ -68,9 +68,6 @@ def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
     the rollouts as they are sampled (``rollouts.jsonl.gz``, packed every few minutes; a later
     session samples on after them) and the finished set (``slices.jsonl.gz``, which a later
     session unpacks instead of building)."""
-    from advrag.flows.discriminator_sft import gar_slices
-    from advrag.tasks.discriminator import rollout_cache
-
     made = {"start": args.start, **config.model_dump(mode="json", exclude={
         "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
         "registered_model"})}  # what the slices depend on
@@ -78,8 +75,24 @@ def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
     archive = args.archive
     if archive is not None and (archive / SLICES).is_file():
         return unpacked(archive / SLICES, made, path, marker)
+    segments = built(config, args, made, path, marker)
+    if archive is not None:
+        header = {"made_with": made, "rollouts_from": segments}
+        write_text(archive / SLICES, json.dumps(header) + "\n" + path.read_text())
+        print(f"the slice set, to commit: {archive / SLICES} (rollouts of {segments})", flush=True)
+    return path, segments
+
+
+def built(config: DiscriminatorSFTConfig, args: argparse.Namespace, made: dict, path: Path,
+          marker: Path) -> list[dict]:
+    """The slice set at ``path`` built by the ``gar-slices`` flow (unless a killed run of the
+    same settings, ``marker``, finished it), its rollouts packed into ``--archive`` as they are
+    sampled; the starts whose rollouts it holds."""
+    from advrag.flows.discriminator_sft import gar_slices
+    from advrag.tasks.discriminator import rollout_cache
+
     cache, digest = rollout_cache(config, args.start), model_digest(resolve_model_dir(args.start))
-    rollouts = archive / ROLLOUTS if archive is not None else None
+    rollouts = args.archive / ROLLOUTS if args.archive is not None else None
     carried = carried_rollouts(rollouts, cache, made) if rollouts is not None else []
     if path.is_file() and marker.is_file():
         if json.loads(marker.read_text()) != made:
@@ -88,13 +101,8 @@ def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
     else:
         with packed_rollouts(cache, rollouts, made, carried, digest):
             gar_slices(config, base=args.start)
-        marker.write_text(json.dumps(made) + "\n")
-    segments = rollout_segments(carried, digest, whole_lines(cache).count("\n"))
-    if archive is not None:
-        header = {"made_with": made, "rollouts_from": segments}
-        write_text(archive / SLICES, json.dumps(header) + "\n" + path.read_text())
-        print(f"the slice set, to commit: {archive / SLICES} (rollouts of {segments})", flush=True)
-    return path, segments
+        atomic_write_text(marker, [json.dumps(made), "\n"])
+    return rollout_segments(carried, digest, whole_lines(cache).count("\n"))
 
 
 def unpacked(archive: Path, made: dict, path: Path, marker: Path) -> tuple[Path, list[dict]]:
