@@ -641,6 +641,14 @@ def judge_table(report: dict) -> Table:
             [row("all", ""), *(row(source, f"{source}/") for source in sources)])
 
 
+def judge_epochs_table(report: dict) -> Table:
+    """The judge's SFT epoch by epoch: held-out AUROC and loss, the kept epoch marked."""
+    kept = report["training"]["best_epoch"]
+    return (["epoch", "held-out AUROC", "held-out loss", "kept"],
+            [[str(e["epoch"]), f"{e['auroc']:.3f}", f"{e['loss']:.4f}",
+              "yes" if e["epoch"] == kept else ""] for e in report["epochs"]])
+
+
 def budget_cost_table(report: dict) -> Table:
     """Old and new budgets' median update, side by side, and new / old."""
     keys = ("tokens", "seconds", "rollout_s", "update_s", "searches", "cut_turns",
@@ -690,7 +698,8 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
-    "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "judge": judge_table, "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
+    "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "judge": judge_table, "judge:epochs": judge_epochs_table,
+    "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""
 

@@ -68,6 +68,15 @@ def test_the_judge_table_shows_every_slice_and_each_source(tables, tmp_path):
     assert rows[3] == "| rollout | 2 | 0.500 | n/a | 0.000 | 0.000 | 1 |"
 
 
+def test_the_judge_epochs_table_marks_the_kept_epoch(tables, tmp_path):
+    report = {"training": {"best_epoch": 1.0},
+              "epochs": [{"epoch": 1, "auroc": 0.8123, "loss": 0.51234},
+                         {"epoch": 2, "auroc": 0.7, "loss": 0.4}]}
+    (tmp_path / "judge-test.json").write_text(json.dumps(report))
+    rows = tables.render("judge-test.json", "epochs", results=tmp_path).splitlines()
+    assert rows[2:4] == ["| 1 | 0.812 | 0.5123 | yes |", "| 2 | 0.700 | 0.4000 |  |"]
+
+
 def test_a_ur2_report_is_told_apart_by_its_keys(tables, results):
     row = tables.render("ur2-test-pooled.json", results=results).splitlines()[2]
     assert row == ("| curated − start | +0.050 [-0.010, +0.110] | +0.050 [-0.010, +0.110] | "
