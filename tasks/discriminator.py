@@ -200,15 +200,32 @@ def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> floa
     ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts 0.5
     (``judgment_metrics``' ``auroc_all``)."""
     from advrag.engines.local.dual import agent_generator
-    from advrag.engines.local.verdicts import VERDICT, judgment_metrics, verdict_probabilities
+    from advrag.engines.local.verdicts import VERDICT, judgment_metrics
 
     prompts = [j.segments[0].text for j in judgments]
     limit = max(len(tokenizer(j.segments[1].text, add_special_tokens=False).input_ids)
                 for j in judgments)
     generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
-    outputs = generator.generate(prompts, max_new_tokens=limit, stop=[VERDICT])
-    p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
+    _, p_yes = judged(generator, policy, tokenizer, prompts, limit, stop=[VERDICT])
     return judgment_metrics(sound, [None] * len(sound), p_yes)["auroc_all"]
+
+
+def judged(generator, policy, tokenizer, prompts: list[str], max_new_tokens: int,
+           stop: list[str] | None = None, chunk: int = 64) -> tuple[list[str], list]:
+    """Greedy judgments of ``prompts`` and P(yes) at each verdict, ``chunk`` prompts at a time
+    under a progress bar (a held-out measure of a thousand slices takes many minutes); a
+    multiple of the generator's batch size, so the batches are the ones of a single call."""
+    from advrag.engines.local.verdicts import verdict_probabilities
+
+    outputs, p_yes = [], []
+    with console.progress("held-out judgments", len(prompts), "slices") as bar:
+        for start in range(0, len(prompts), chunk):
+            part = prompts[start:start + chunk]
+            said = generator.generate(part, max_new_tokens=max_new_tokens, stop=stop or [])
+            outputs += said
+            p_yes += verdict_probabilities(policy, tokenizer, part, said)
+            bar.update(len(part))
+    return outputs, p_yes
 
 
 @task(cache_policy=NO_CACHE)
@@ -279,16 +296,15 @@ def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     from advrag.curation.gar_labels import parse_verdict
     from advrag.engines.local.dual import agent_generator
     from advrag.engines.local.tokenize import token_counter
-    from advrag.engines.local.verdicts import judgment_metrics, verdict_probabilities
+    from advrag.engines.local.verdicts import judgment_metrics
 
     held = [r for r in rows if r["split"] == "heldout"]
     generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
     count = token_counter(tokenizer)
     prompts = [generator.chat_prompt(row_prompt(r, count, config.evidence_tokens).text)
                for r in held]
-    outputs = generator.generate(prompts, max_new_tokens=config.max_new_tokens)
+    outputs, p_yes = judged(generator, policy, tokenizer, prompts, config.max_new_tokens)
     verdicts = [parse_verdict(o) for o in outputs]
-    p_yes = verdict_probabilities(policy, tokenizer, prompts, outputs)
     metrics = judgment_metrics([r["sound"] for r in held], verdicts, p_yes) | {"n": len(held)}
     for source in sorted({r["source"] for r in held}):
         rows_of = [i for i, r in enumerate(held) if r["source"] == source]

@@ -123,3 +123,16 @@ def test_judgment_metrics_count_malformed_outputs_as_wrong():
     assert judgment_metrics([True, False], [None, None], [0.5, 0.4])["p_yes_accuracy"] == 1.0
     assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc"])  # one label: undefined
     assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc_all"])
+
+
+def test_judged_in_chunks_gives_what_one_call_gives(judge):
+    from advrag.engines.local.dual import agent_generator
+    from advrag.tasks.discriminator import judged
+
+    policy, tok = judge
+    generator = agent_generator(policy, tok, temperature=0.0, batch_size=2)
+    prompts = [PROMPT.replace("sound", f"sound ({i})") for i in range(5)]
+    whole = generator.generate(prompts, max_new_tokens=6)
+    outputs, p_yes = judged(generator, policy, tok, prompts, 6, chunk=2)
+    assert outputs == whole
+    assert p_yes == verdict_probabilities(policy, tok, prompts, whole)
