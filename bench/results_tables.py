@@ -642,9 +642,10 @@ def judge_table(report: dict) -> Table:
 
 
 def judge_epochs_table(report: dict) -> Table:
-    """The judge's SFT epoch by epoch: held-out AUROC and loss, the kept epoch marked."""
+    """The judge's SFT epoch by epoch: the dev slices' AUROC and loss, which chose the kept
+    epoch (marked)."""
     kept = report["training"]["best_epoch"]
-    return (["epoch", "held-out AUROC", "held-out loss", "kept"],
+    return (["epoch", "dev AUROC", "dev loss", "kept"],
             [[str(e["epoch"]), f"{e['auroc']:.3f}", f"{e['loss']:.4f}",
               "yes" if e["epoch"] == kept else ""] for e in report["epochs"]])
 

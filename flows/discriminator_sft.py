@@ -5,7 +5,8 @@ grounded demonstrations of the training questions + corrupted copies → slices
 OpenAI-compatible server whose malformed judgments are counted and dropped),
 balanced 1:1, split by question → GX gate
 (atomic write) → LoRA SFT of the adapter "discriminator" with early stopping on
-the held-out AUROC of P(yes) → held-out accuracy, F1, AUROC of P(yes), malformed count →
+the AUROC of P(yes) on the dev slices (a third of the held-out questions') → accuracy, F1,
+AUROC of P(yes), malformed count on the other held-out slices →
 the adapter (for ``AdapterPolicy.load_weights``) and the merged model,
 registered. Runs on its own (`advrag discriminator-sft`) and as the pipeline's
 stage, nested under its run. The slice set alone is the flow `gar-slices`
@@ -61,7 +62,8 @@ def discriminator_sft(config: DiscriminatorSFTConfig, base: str | None = None,
                       **{f"heldout.{k}": f"{v:.4f}" for k, v in metrics.items()}}
         version = steps.register(config, run_id, adapter_dir, model_dir, provenance)
     print(f"discriminator: {len(rows)} slices, best epoch {training['best_epoch']:.0f} (by "
-          f"held-out AUROC); held-out "
+          f"AUROC on {training['dev_slices']:.0f} dev slices); on {metrics['n']:.0f} other "
+          f"held-out slices "
           f"accuracy {metrics['accuracy']:.3f}, F1 {metrics['f1']:.3f}, "
           f"AUROC {auroc_text(metrics['auroc'])} ({auroc_text(metrics['auroc_all'])} over every "
           "slice, one with no verdict at 0.5), "

@@ -175,9 +175,9 @@ def log_slice_set(run_id: str, path: Path, rows: list[dict], judged: dict[str, f
     tracking.client().log_artifact(run_id, str(path), artifact_path=f"slices/{path.parent.name}")
 
 
-def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
+def _trajectories(rows: list[dict], chat_prompt, tokenizer,
                   config: DiscriminatorSFTConfig) -> tuple[list, int]:
-    """SFT examples of one split: each row's prompt (its passages within ``evidence_tokens``)
+    """Judge examples of ``rows``: each row's prompt (its passages within ``evidence_tokens``)
     and judgment cut at ``max_new_tokens`` (GAR's K), EOS included; and the passages the cap
     left out of them."""
     from advrag.curation.gar_data import judgment_trajectory, row_label, row_prompt
@@ -185,7 +185,7 @@ def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
     from advrag.engines.local.tokenize import token_counter
 
     out, left_out, count = [], 0, token_counter(tokenizer)
-    for row in (r for r in rows if r["split"] == split):
+    for row in rows:
         ids = tokenizer(sft_target(row_label(row)) + tokenizer.eos_token,
                         add_special_tokens=False).input_ids[:config.max_new_tokens]
         prompt = row_prompt(row, count, config.evidence_tokens)
@@ -194,11 +194,19 @@ def _trajectories(rows: list[dict], split: str, chat_prompt, tokenizer,
     return out, left_out
 
 
-def heldout_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> float:
-    """AUROC of P(yes) on held-out judge examples: the judge writes greedily up to its
-    "Verdict:" (at most as many tokens as the example's target) and P(yes) is read there, as
-    ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts 0.5
-    (``judgment_metrics``' ``auroc_all``)."""
+def parted(config: DiscriminatorSFTConfig, rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The held-out slices parted by question into the dev ones (``dev_fraction``), which
+    choose the epoch, and the measured ones, which ``evaluate`` scores."""
+    from advrag.curation.gar_data import dev_and_measured
+
+    return dev_and_measured(rows, config.dev_fraction, config.seed)
+
+
+def verdict_auroc(policy, tokenizer, judgments: list, sound: list[bool]) -> float:
+    """AUROC of P(yes) on judge examples (the dev ones, each epoch): the judge writes greedily
+    up to its "Verdict:" (at most as many tokens as the example's target) and P(yes) is read
+    there, as ``evaluate`` and GAR's RL step read it; a judgment that reaches no verdict counts
+    0.5 (``judgment_metrics``' ``auroc_all``)."""
     from advrag.engines.local.dual import agent_generator
     from advrag.engines.local.verdicts import VERDICT, judgment_metrics
 
@@ -231,14 +239,15 @@ def judged(generator, policy, tokenizer, prompts: list[str], max_new_tokens: int
 @task(cache_policy=NO_CACHE)
 def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
              run_id: str) -> dict[str, float]:
-    """SFT with early stopping on the held-out AUROC (``heldout_auroc``: how well P(yes) ranks
-    sound above unsound slices, what GAR's rewards read; the loss can fall while the verdicts
-    stay at chance), run by the engine's ``early_stopped_finetune``; the best epoch's adapter
-    is saved and kept.
+    """SFT with early stopping on the dev slices' AUROC (``verdict_auroc``: how well P(yes)
+    ranks sound above unsound slices, what GAR's rewards read; the loss can fall while the
+    verdicts stay at chance), run by the engine's ``early_stopped_finetune``; the best epoch's
+    adapter is saved and kept. The dev slices are a part of the held-out questions' (``parted``)
+    that ``evaluate`` does not score, so the epoch is not chosen on the slices it is scored on.
 
-    Returns the best epoch (from 1), its held-out AUROC and loss, and the epochs run.
+    Returns the best epoch (from 1), its dev AUROC and loss, the epochs run and the dev slices.
     The adapter goes to ``checkpoint_dir/adapter`` (atomically) whenever the
-    held-out AUROC improves, and is loaded back at the end. Each finished epoch is kept in
+    dev AUROC improves, and is loaded back at the end. Each finished epoch is kept in
     ``checkpoint_dir/sft-progress`` until the SFT ends, so a killed run resumes after it.
     """
     from advrag.common.fileio import atomic_dir
@@ -248,21 +257,25 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
     from advrag.engines.local.verdicts import judgment_loss
 
     chat = HFGenerator(policy.model, tokenizer).chat_prompt
-    (train, train_left_out), (held, held_left_out) = (
-        _trajectories(rows, s, chat, tokenizer, config) for s in ("train", "heldout"))
-    tracking.log_metrics(run_id, {"sft/evidence_left_out": train_left_out + held_left_out})
-    if train_left_out + held_left_out:
-        print(f"evidence_tokens = {config.evidence_tokens} left {train_left_out + held_left_out} "
-              f"earlier passages out of {len(train) + len(held)} judge examples (counted as "
-              "sft/evidence_left_out); raise it to show them")
-    refuse_cut(held, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
+    dev_rows, measured_rows = parted(config, rows)
+    (train, train_left_out), (dev, dev_left_out), (measured, measured_left_out) = (
+        _trajectories(part, chat, tokenizer, config)
+        for part in ([r for r in rows if r["split"] == "train"], dev_rows, measured_rows))
+    left_out, examples = train_left_out + dev_left_out + measured_left_out, len(train + dev + measured)
+    tracking.log_metrics(run_id, {"sft/evidence_left_out": left_out,
+                                  "sft/dev_slices": len(dev)})
+    if left_out:
+        print(f"evidence_tokens = {config.evidence_tokens} left {left_out} earlier passages out "
+              f"of {examples} judge examples (counted as sft/evidence_left_out); raise it to "
+              "show them")
+    refuse_cut(dev + measured, tokenizer, config.sft.max_seq_len, "sft.max_seq_len",
                "held-out judge examples")  # the training ones: early_stopped_finetune's
-    sound = [r["sound"] for r in rows if r["split"] == "heldout"]
+    sound = [r["sound"] for r in dev_rows]
     adapter = config.checkpoint_dir / "adapter"
 
     def measure() -> dict[str, float]:
-        return {"auroc": heldout_auroc(policy, tokenizer, held, sound),
-                "loss": judgment_loss(policy, tokenizer, held, max_len=config.sft.max_seq_len,
+        return {"auroc": verdict_auroc(policy, tokenizer, dev, sound),
+                "loss": judgment_loss(policy, tokenizer, dev, max_len=config.sft.max_seq_len,
                                       micro_batch_size=config.sft.micro_batch_size)}
 
     def save() -> None:
@@ -270,10 +283,10 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
             policy.save_weights(tmp)
 
     def logged(epoch: int, scores: dict[str, float]) -> None:
-        tracking.log_metrics(run_id, {f"sft/heldout_{k}": v for k, v in scores.items()},
+        tracking.log_metrics(run_id, {f"sft/dev_{k}": v for k, v in scores.items()},
                              step=epoch)
-        print(f"epoch {epoch + 1}/{config.sft.epochs}: held-out AUROC {scores['auroc']:.3f}, "
-              f"loss {scores['loss']:.4f}")
+        print(f"epoch {epoch + 1}/{config.sft.epochs}: dev AUROC {scores['auroc']:.3f}, "
+              f"loss {scores['loss']:.4f} ({len(dev)} dev slices)")
 
     progress = config.checkpoint_dir / "sft-progress"  # a killed run's epochs; gone once it ends
     stopping = EarlyStopping(measure, "auroc", config.patience, save,
@@ -284,21 +297,22 @@ def finetune(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict]
         on_step=lambda step, m: tracking.log_metrics(run_id, {f"sft/{k}": v for k, v in
                                                               m.items()}, step=step))
     shutil.rmtree(progress, ignore_errors=True)
-    return result
+    return result | {"dev_slices": float(len(dev))}
 
 
 @task(cache_policy=NO_CACHE)
 def evaluate(config: DiscriminatorSFTConfig, policy, tokenizer, rows: list[dict],
              run_id: str) -> dict[str, float]:
-    """Greedy judgments (≤ K tokens) of the held-out slices: accuracy, F1, AUROC, malformed,
-    over all of them and per source (``<source>/<metric>``: demonstration, corrupted, rollout)."""
+    """Greedy judgments (≤ K tokens) of the measured held-out slices (not the dev ones that
+    chose the epoch): accuracy, F1, AUROC, malformed, over all of them and per source
+    (``<source>/<metric>``: demonstration, corrupted, rollout)."""
     from advrag.curation.gar_data import row_prompt
     from advrag.curation.gar_labels import parse_verdict
     from advrag.engines.local.dual import agent_generator
     from advrag.engines.local.tokenize import token_counter
     from advrag.engines.local.verdicts import judgment_metrics
 
-    held = [r for r in rows if r["split"] == "heldout"]
+    _, held = parted(config, rows)
     generator = agent_generator(policy, tokenizer, temperature=0.0, batch_size=16)
     count = token_counter(tokenizer)
     prompts = [generator.chat_prompt(row_prompt(r, count, config.evidence_tokens).text)

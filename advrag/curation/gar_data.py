@@ -188,6 +188,22 @@ def heldout_questions(question_ids: Iterable[str], fraction: float, seed: int) -
     return set(ids[:n])
 
 
+def dev_and_measured(rows: Sequence[dict], fraction: float, seed: int
+                     ) -> tuple[list[dict], list[dict]]:
+    """The held-out rows parted by question: the dev rows (a seeded ``fraction`` of their
+    questions), which early stopping reads to choose the epoch, and the others, the held-out
+    measure; refused when fewer than two questions are held out (nothing to part)."""
+    held = [r for r in rows if r["split"] == "heldout"]
+    questions = {r["question_id"] for r in held}
+    if len(questions) < 2:
+        raise ValueError(f"the slice set holds {len(questions)} held-out question(s); early "
+                         "stopping needs dev questions apart from the measured ones: raise "
+                         "questions or heldout_fraction")
+    dev = heldout_questions(questions, fraction, seed)
+    return ([r for r in held if r["question_id"] in dev],
+            [r for r in held if r["question_id"] not in dev])
+
+
 def _balanced(rows: list[dict], seed: int) -> list[dict]:
     """``rows`` downsampled to 1:1 sound/unsound with ``balance_labels``, input order kept."""
     labels = [row_label(r) for r in rows]

@@ -7,17 +7,17 @@ Runs the ``discriminator-sft`` flow (``configs/discriminator.yaml`` with these o
 world's training questions from ``--start`` (the chosen warm-up: the policy GAR trains and whose
 rollouts, ``--rollouts K`` of each question, add slices of its own reasoning). The flow labels the
 slices with the grounded judge, splits them by question, fine-tunes the judge with early stopping
-on the held-out AUROC and measures the kept epoch on the held-out slices. Writes
-``bench/results/judge-<name>.json``: the held-out measures over all slices and per source
-(demonstration, corrupted, rollout), the slice counts per split and source, each epoch's held-out
-AUROC and loss, and the passages the evidence cap left out. The protocol and its targets are in
-``docs/gar-experiments.md``. Resumable: the labelled slice set is built once
-(``.cache/advrag/judge/<name>/slices``) and each finished SFT epoch is kept until the SFT ends,
-so a rerun of the same command goes on where a killed one stopped. Across sessions (whose
-``.cache/`` does not survive), ``--archive DIR`` keeps what to commit: the rollouts as they are
-sampled, which a later session's run samples on after, and the slice set once it is built, which
-a later session's run unpacks to go straight to the SFT. The report names the start the SFT ran
-on, and the starts whose rollouts the set holds, by the digests of their weights.
+on the AUROC of the dev slices (a third of the held-out questions') and measures the kept epoch on
+the other held-out slices. Writes ``bench/results/judge-<name>.json``: the held-out measures over
+all slices and per source (demonstration, corrupted, rollout), the slice counts per split (train,
+dev, heldout) and source, each epoch's dev AUROC and loss, and the passages the evidence cap left
+out. The protocol and its targets are in ``docs/gar-experiments.md``. Resumable: the labelled slice
+set is built once (``.cache/advrag/judge/<name>/slices``) and each finished SFT epoch is kept until
+the SFT ends, so a rerun of the same command goes on where a killed one stopped. Across sessions
+(whose ``.cache/`` does not survive), ``--archive DIR`` keeps what to commit: the rollouts as they
+are sampled, which a later session's run samples on after, and the slice set once it is built,
+which a later session's run unpacks to go straight to the SFT. The report names the start the SFT
+ran on, and the starts whose rollouts the set holds, by the digests of their weights.
 """
 
 from __future__ import annotations
@@ -68,9 +68,7 @@ def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
     the rollouts as they are sampled (``rollouts.jsonl.gz``, packed every few minutes; a later
     session samples on after them) and the finished set (``slices.jsonl.gz``, which a later
     session unpacks instead of building)."""
-    made = {"start": args.start, **config.model_dump(mode="json", exclude={
-        "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
-        "registered_model"})}  # what the slices depend on
+    made = made_with(config, args.start)
     path, marker = config.out_dir / "slices.jsonl", config.out_dir / "made-with.json"
     archive = args.archive
     if archive is not None and (archive / SLICES).is_file():
@@ -81,6 +79,14 @@ def slice_set(config: DiscriminatorSFTConfig, args: argparse.Namespace
         write_text(archive / SLICES, json.dumps(header) + "\n" + path.read_text())
         print(f"the slice set, to commit: {archive / SLICES} (rollouts of {segments})", flush=True)
     return path, segments
+
+
+def made_with(config: DiscriminatorSFTConfig, start: str) -> dict:
+    """The settings a slice set depends on (not the SFT's, which a later session may change):
+    what its marker and committed header record, and what a rerun must match."""
+    return {"start": start, **config.model_dump(mode="json", exclude={
+        "sft", "patience", "dev_fraction", "checkpoint_dir", "out_dir", "slices", "experiment",
+        "registered_model"})}
 
 
 def built(config: DiscriminatorSFTConfig, args: argparse.Namespace, made: dict, path: Path,
@@ -181,11 +187,11 @@ def packed_rollouts(cache: Path, archive: Path | None, made: dict, carried: list
 
 
 def epoch_history(run_id: str) -> list[dict[str, float]]:
-    """Each epoch's held-out AUROC and loss, as the run logged them."""
+    """Each epoch's AUROC and loss on the dev slices, as the run logged them."""
     import mlflow
 
     client = mlflow.MlflowClient()
-    series = {k: sorted(client.get_metric_history(run_id, f"sft/heldout_{k}"),
+    series = {k: sorted(client.get_metric_history(run_id, f"sft/dev_{k}"),
                         key=lambda m: m.step) for k in ("auroc", "loss")}
     return [{"epoch": a.step + 1, "auroc": a.value, "loss": b.value}
             for a, b in zip(series["auroc"], series["loss"], strict=True)]
@@ -196,6 +202,15 @@ def evidence_left_out(run_id: str) -> float:
     import mlflow
 
     return mlflow.MlflowClient().get_run(run_id).data.metrics["sft/evidence_left_out"]
+
+
+def parts(config: DiscriminatorSFTConfig, rows: list[dict]) -> list[dict]:
+    """The slice rows with the held-out ones that chose the epoch marked ``"split": "dev"``
+    (``parted``), so the report counts the training, dev and measured held-out slices."""
+    from advrag.tasks.discriminator import parted
+
+    dev = {r["id"] for r in parted(config, rows)[0]}
+    return [r | {"split": "dev"} if r["id"] in dev else r for r in rows]
 
 
 def main() -> None:
@@ -217,7 +232,7 @@ def main() -> None:
     config = judge_config(args)
     slices, rollouts_from = slice_set(config, args)
     result = discriminator_sft(config.model_copy(update={"slices": slices}), base=args.start)
-    rows = list(read_jsonl(result["slices"]))
+    rows = parts(config, list(read_jsonl(result["slices"])))
     command = (f"python bench/learning/bench_judge.py --start {args.start} --name {args.name} "
                + (f"--questions {args.questions} " if args.questions else "")
                + f"--heldout-fraction {args.heldout_fraction} --rollouts {args.rollouts} "
@@ -227,6 +242,7 @@ def main() -> None:
         "command": command, "start": args.start,
         "start_digest": model_digest(resolve_model_dir(args.start)),
         "rollouts_from": rollouts_from, "evidence_tokens": config.evidence_tokens,
+        "dev_fraction": config.dev_fraction,
         "slices": {f"{split}/{source}": n for (split, source), n in sorted(
             Counter((r["split"], r["source"]) for r in rows).items())},
         "heldout": result["metrics"], "training": result["training"],

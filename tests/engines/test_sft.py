@@ -93,8 +93,8 @@ def test_early_stopping_keeps_the_best_epoch_and_ends_after_its_patience(tiny_po
                                     on_step=lambda step, m: steps.append(step))
     # 0.5 (best), 0.7 (best), 0.6 and 0.65 (two without a higher one: patience 2) → stop
     assert calls == [0, "save", 1, "save", 2, 3, "restore"]
-    assert result == {"best_epoch": 2.0, "epochs_run": 4.0, "heldout_auroc": 0.7,
-                      "heldout_loss": 1.0}
+    assert result == {"best_epoch": 2.0, "epochs_run": 4.0, "dev_auroc": 0.7,
+                      "dev_loss": 1.0}
     assert steps == list(range(8))  # 2 steps an epoch, counted across epochs
     with pytest.raises(ValueError, match="no judge examples"):
         early_stopped_finetune(policy, tokenizer, [], SFTConfig(), stopping, what="judge examples")

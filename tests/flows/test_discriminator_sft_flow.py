@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from advrag.curation.gar_data import dev_and_measured
 from advrag.engines.local.dual import shared_lora_policies
 from advrag.engines.local.policy import ADAPTER_FILE
 from advrag.flows.discriminator_sft import discriminator_sft
@@ -48,12 +49,12 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
         assert run.data.metrics[f"heldout/{key}"] == pytest.approx(result["metrics"][key],
                                                                    nan_ok=True)
     history = {k: [m.value for m in sorted(client.get_metric_history(result["run_id"],
-                                                                      f"sft/heldout_{k}"),
+                                                                      f"sft/dev_{k}"),
                                             key=lambda m: m.step)] for k in ("auroc", "loss")}
     best = int(result["training"]["best_epoch"]) - 1  # the first epoch of the highest AUROC
     assert history["auroc"].index(max(history["auroc"])) == best
-    assert result["training"]["heldout_auroc"] == pytest.approx(history["auroc"][best])
-    assert result["training"]["heldout_loss"] == pytest.approx(history["loss"][best])
+    assert result["training"]["dev_auroc"] == pytest.approx(history["auroc"][best])
+    assert result["training"]["dev_loss"] == pytest.approx(history["loss"][best])
     assert client.get_metric_history(result["run_id"], "sft/loss")
     assert {"heldout/confusion.png", "heldout/judgments.json"} <= {
         a.path for a in client.list_artifacts(result["run_id"], "heldout")}
@@ -61,7 +62,13 @@ def test_the_flow_registers_a_discriminator_whose_adapter_loads_back(
 
     rows = [json.loads(line) for line in (tmp_path / "slices" / "slices.jsonl").read_text().splitlines()]
     held = [r for r in rows if r["split"] == "heldout"]
-    assert result["metrics"]["n"] == len(held) > 0
+    dev, measured = dev_and_measured(rows, cfg.dev_fraction, cfg.seed)
+    # the epoch is chosen on some held-out questions' slices and scored on the others'
+    assert not {r["question_id"] for r in dev} & {r["question_id"] for r in measured}
+    assert len(dev) + len(measured) == len(held) and dev and measured
+    assert run.data.metrics["sft/dev_slices"] == result["training"]["dev_slices"] == len(dev)
+    assert result["metrics"]["n"] == len(measured)
+    held = measured
     assert {r["source"] for r in rows} == {"demonstration", "corrupted", "rollout"}
     for source in {r["source"] for r in held}:  # each source's own held-out measure
         assert result["metrics"][f"{source}/n"] == sum(r["source"] == source for r in held)
@@ -105,8 +112,9 @@ def test_a_slice_set_written_before_is_trained_on_as_it_is(
     version = hashlib.sha256(written.read_bytes()).hexdigest()
     run = mlflow.MlflowClient().get_run(result["run_id"])
     assert run.data.tags["data.slices.version"] == version
-    held = [r for r in map(json.loads, written.read_text().splitlines()) if r["split"] == "heldout"]
-    assert result["metrics"]["n"] == len(held)
+    _, measured = dev_and_measured(list(map(json.loads, written.read_text().splitlines())),
+                                   cfg.dev_fraction, cfg.seed)
+    assert result["metrics"]["n"] == len(measured)
     assert tracking.list_artifacts(result["run_id"], "slices") == ["slices/slices"]
     with pytest.raises(FileNotFoundError, match="slices: .*advrag gar-slices"):
         discriminator_sft(given.model_copy(update={"slices": tmp_path / "missing.jsonl"}))

@@ -369,10 +369,7 @@ def judge_run(tmp_path, weights: bytes, **overrides):
         "questions": None, "heldout_fraction": 0.5, "rollouts": 2, "epochs": 4, **overrides})
     config = bench_judge.judge_config(args).model_copy(update={
         "out_dir": tmp_path / "slices", "checkpoint_dir": tmp_path / "judge"})
-    made = {"start": str(start), **config.model_dump(mode="json", exclude={
-        "sft", "patience", "checkpoint_dir", "out_dir", "slices", "experiment",
-        "registered_model"})}
-    return args, config, made
+    return args, config, bench_judge.made_with(config, str(start))
 
 
 def test_a_judge_slice_set_is_committed_once_built_and_unpacked_by_a_later_session(
@@ -411,6 +408,24 @@ def test_a_judge_slice_set_is_committed_once_built_and_unpacked_by_a_later_sessi
     args, config, _ = judge_run(tmp_path, b"rebuilt elsewhere", rollouts=4)
     with pytest.raises(SystemExit, match="rollouts.: 2.*rollouts.: 4.*another --archive"):
         bench_judge.slice_set(config, args)
+
+
+def test_the_committed_judge_slice_set_matches_make_bench_judge_s_settings(monkeypatch):
+    """``make bench-judge``'s arguments still make the settings the committed set was made with
+    (so a later session unpacks it), whatever SFT settings (``dev_fraction``) change."""
+    on_path(monkeypatch, "learning")
+    import argparse
+
+    import bench_judge
+
+    header = bench_judge.read_text(BENCH / "results/judge-pipeline/slices.jsonl.gz"
+                                   ).partition("\n")[0]
+    args = argparse.Namespace(start=".cache/advrag/chaining/full-3hop/rs4", name="pipeline",
+                              questions=None, heldout_fraction=0.5, rollouts=2, epochs=4)
+    config = bench_judge.judge_config(args)
+    assert json.loads(header)["made_with"] == bench_judge.made_with(config, args.start)
+    other = config.model_copy(update={"dev_fraction": 0.5, "patience": 2})
+    assert bench_judge.made_with(other, args.start) == bench_judge.made_with(config, args.start)
 
 
 def test_judge_rollouts_are_packed_as_sampled_and_a_later_session_samples_on_after_them(

@@ -14,6 +14,7 @@ from advrag.curation.demonstrations import demonstration
 from advrag.curation.gar_data import (
     build_slice_set,
     corrupted_copy,
+    dev_and_measured,
     heldout_questions,
     judgment_trajectory,
     read_world_lexicon,
@@ -160,6 +161,20 @@ def test_heldout_questions_takes_a_seeded_share_never_all():
     assert len(heldout_questions(ids[:4], 0.99, seed=0)) == 3
     assert len(heldout_questions(ids[:4], 0.01, seed=0)) == 1
     assert heldout_questions(ids[:1], 0.5, seed=0) == set()
+
+
+def test_dev_and_measured_part_the_held_out_slices_by_question():
+    """Three held-out questions, two slices each, and a training one: a third of the held-out
+    questions (one) is dev, the other two are measured; training rows are in neither."""
+    rows = [{"id": f"{q}/{n}", "question_id": q, "split": "heldout"} for q in ("a", "b", "c")
+            for n in range(2)] + [{"id": "t/0", "question_id": "t", "split": "train"}]
+    dev, measured = dev_and_measured(rows, 1 / 3, seed=0)
+    assert len({r["question_id"] for r in dev}) == 1 and len(dev) == 2 and len(measured) == 4
+    assert {r["question_id"] for r in dev} == heldout_questions("abc", 1 / 3, seed=0)
+    assert not {r["question_id"] for r in dev} & {r["question_id"] for r in measured}
+    assert dev_and_measured(rows[::-1], 1 / 3, seed=0)[0] == dev[::-1]  # by question, not order
+    with pytest.raises(ValueError, match="1 held-out question.*raise questions or heldout"):
+        dev_and_measured(rows[:2] + rows[-1:], 1 / 3, seed=0)
 
 
 def test_trajectories_are_matched_to_records_by_their_question():

@@ -7,10 +7,11 @@ weighted by their token share, so accumulation equals one full-batch loss.
 Each epoch walks a seeded permutation of the demonstrations; a step is one
 AdamW update with gradient clipping. bf16 autocast follows the policy.
 
-With ``EarlyStopping`` the epochs run one at a time: after each, a held-out measure
-scores the policy; the best epoch's weights are kept (``save``), ``patience`` epochs without
-a better score end the run, and the best weights are put back (``restore``). With its
-``progress_dir``, each finished epoch is kept there too, and a killed run resumes after it.
+With ``EarlyStopping`` the epochs run one at a time: after each, a dev measure (data kept
+apart from training and from the final held-out measure) scores the policy; the best
+epoch's weights are kept (``save``), ``patience`` epochs without a better score end the
+run, and the best weights are put back (``restore``). With its ``progress_dir``, each
+finished epoch is kept there too, and a killed run resumes after it.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def batches_of(n: int, config: SFTConfig) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class EarlyStopping:
-    """Epoch-by-epoch SFT against a held-out measure (module docstring).
+    """Epoch-by-epoch SFT against a dev measure (module docstring).
 
     Attributes:
-        measure: the held-out scores of the policy as it is (``{"auroc": …, "loss": …}``).
+        measure: the dev scores of the policy as it is (``{"auroc": …, "loss": …}``).
         key: the score that chooses (higher is better).
         patience: epochs without a higher ``key`` before the run ends.
         save: keeps the current weights as the best (an atomic write).
@@ -127,7 +128,7 @@ def early_stopped_finetune(
     label: str = "SFT",
     what: str = "examples",
 ) -> dict[str, float]:
-    """Fine-tune ``policy`` on ``examples`` epoch by epoch against ``stopping``'s held-out
+    """Fine-tune ``policy`` on ``examples`` epoch by epoch against ``stopping``'s dev
     measure (module docstring); the best epoch (from 1), its scores and the epochs run. With
     ``stopping.progress_dir`` a killed run goes on after the last epoch it finished."""
     optimizer = _prepared(policy, tokenizer, examples, config, setting, what)
@@ -145,7 +146,7 @@ def early_stopped_finetune(
             _run_steps(policy, optimizer, tokenizer, examples, batches_of(len(examples), one),
                        one, bar, on_step, first=per_epoch * epoch)
             scores = stopping.measure()
-            bar.set_postfix_str(f"held-out {stopping.key} {scores[stopping.key]:.3f}",
+            bar.set_postfix_str(f"dev {stopping.key} {scores[stopping.key]:.3f}",
                                 refresh=False)
             if stopping.on_epoch is not None:
                 stopping.on_epoch(epoch, scores)
@@ -156,7 +157,7 @@ def early_stopped_finetune(
     stopping.restore()
     best_epoch = best_of(history, stopping.key)
     return {"best_epoch": float(best_epoch + 1), "epochs_run": float(len(history)),
-            **{f"heldout_{k}": v for k, v in history[best_epoch].items()}}
+            **{f"dev_{k}": v for k, v in history[best_epoch].items()}}
 
 
 def best_of(history: Sequence[dict[str, float]], key: str) -> int:

@@ -42,7 +42,8 @@ class DiscriminatorSFTConfig(Strict):
         "Paper: lr 1e-4, 500 steps of batch 128.",
     )
     patience: int = Field(1, ge=1, description="Stop after this many epochs without a higher "
-                          "held-out AUROC of P(yes); the best epoch's adapter is kept.")
+                          "AUROC of P(yes) on the dev slices (dev_fraction); the best epoch's "
+                          "adapter is kept.")
     cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that run bf16 natively.")
     amx_attention: bool = Field(True, description=AMX_ATTENTION)
     judge: JudgeSection = Field(default_factory=JudgeSection, description="The slice labeller; "
@@ -55,6 +56,10 @@ class DiscriminatorSFTConfig(Strict):
                                   "questions (paper: 10 % of the training set); null = all.")
     heldout_fraction: float = Field(0.25, gt=0, lt=1, description="Share of those questions "
                                     "whose slices are held out (early stopping, evaluation).")
+    dev_fraction: float = Field(1 / 3, gt=0, lt=1, description="Share of the held-out "
+                                "questions whose slices early stopping reads to choose the "
+                                "epoch (the dev slices); the others are the held-out measure, "
+                                "so the epoch is never chosen on the slices it is scored on.")
     topk: int = Field(3, ge=1, description="Passages per search in the demonstrations.")
     max_turns: int = Field(4, ge=1, description="Demonstrations of chains longer than this are "
                            "skipped (searches per rollout).")
