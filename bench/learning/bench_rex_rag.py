@@ -59,6 +59,10 @@ CHAINED = ("two-hop", "three-hop")
 ARMS = ("grpo", "rex")
 """Trained in this order for each seed: GRPO is also the adversarial protocol's baseline."""
 RECORD_KEYS = (*ROW_KEYS, "cut_turns", "kind")
+BEHAVIOUR_KEYS = ("queries", "retrieved_ids", "hops_retrieved", "chained")
+"""What a record keeps besides the scores, where a row has it (a world question's hops):
+the searches' queries and passage ids, which gold hops came back, which queries chained.
+Records written before 2026-12-05 (the start ``ae5f3a65…`` and ``grpo-seed0``) lack them."""
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
 
@@ -129,7 +133,8 @@ def train_one(args: argparse.Namespace, base: GrpoConfig, records: ArmRecords) -
 
 def kept_columns(rows: list[dict]) -> list[dict]:
     """The columns a record keeps of each scored row (no transcripts)."""
-    return [{key: row[key] for key in RECORD_KEYS} for row in rows]
+    return [{key: row[key] for key in RECORD_KEYS}
+            | {key: row[key] for key in BEHAVIOUR_KEYS if key in row} for row in rows]
 
 
 def evaluate(model: str, config: GrpoConfig, n: int) -> list[dict]:
@@ -157,9 +162,18 @@ def summary(rows: list[dict]) -> dict:
     out["cut_turns"] = sum(r["cut_turns"] for r in rows) / len(rows)  # by max_new_tokens
     kinds = sorted({r["kind"] for r in rows})
     out["by_kind"] = {kind: {"n": len(part), "f1": sum(r["f1"] for r in part) / len(part),
-                             "searches": sum(r["n_searches"] for r in part) / len(part)}
+                             "searches": sum(r["n_searches"] for r in part) / len(part),
+                             **hop_rates(part)}
                       for kind in kinds for part in [[r for r in rows if r["kind"] == kind]]}
     return out
+
+
+def hop_rates(rows: list[dict]) -> dict[str, float]:
+    """Hop recall and chaining rate over the rows' flags (``summarize``'s), where they have any:
+    none for rows of an older record, or of questions without a chain."""
+    from advrag.evaluation.scoring import summarize
+
+    return {k: v for k, v in summarize(rows).items() if k in ("hop_recall", "chaining_rate")}
 
 
 def seed_mean(runs: list[list[dict]], key: str) -> list[float]:

@@ -249,6 +249,27 @@ def test_an_arm_record_is_written_whole_and_a_start_is_scored_once(tmp_path, mon
                                                                    "start-d1.json"]
 
 
+def test_an_arm_record_keeps_what_its_policy_searched_and_rates_its_hops(monkeypatch):
+    """A scored row's queries, passage ids and hop flags are kept (a transcript is not); per
+    kind, hop recall and chaining rate come from the flags: 3 of 4 hops, 1 of 2 bridges."""
+    on_path(monkeypatch, "learning")
+    import bench_rex_rag
+
+    base = {"em": 1.0, "f1": 1.0, "format_errors": 0, "n_searches": 2, "prediction": "x",
+            "cut_turns": 0, "kind": "two-hop", "transcript": "…"}
+    rows = [base | {"id": "q1", "queries": ["a", "b"], "retrieved_ids": [["p1"], ["p9"]],
+                    "hops_retrieved": [True, False], "chained": [False]},
+            base | {"id": "q2", "queries": ["c", "d x"], "retrieved_ids": [["p2"], ["p3"]],
+                    "hops_retrieved": [True, True], "chained": [True]}]
+    kept = bench_rex_rag.kept_columns(rows)
+    assert kept[0]["queries"] == ["a", "b"] and kept[0]["hops_retrieved"] == [True, False]
+    assert "transcript" not in kept[0]
+    by_kind = bench_rex_rag.summary(kept)["by_kind"]["two-hop"]
+    assert by_kind["hop_recall"] == 0.75 and by_kind["chaining_rate"] == 0.5
+    older = [{k: v for k, v in r.items() if k not in bench_rex_rag.BEHAVIOUR_KEYS} for r in kept]
+    assert "hop_recall" not in bench_rex_rag.summary(older)["by_kind"]["two-hop"]
+
+
 def test_the_rex_rag_record_grows_arm_by_arm_and_tests_once_all_have_run(tmp_path, monkeypatch):
     on_path(monkeypatch, "learning")
     import argparse
