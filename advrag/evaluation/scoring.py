@@ -73,11 +73,18 @@ def summarize(rows: Sequence[dict], seed: int = 0) -> dict[str, float]:
         summary.update({key: mean, f"{key}_lo": lo, f"{key}_hi": hi})
     for key in ("sub_em", "retrieval_recall", "n_searches", "format_errors", "cut_turns"):
         summary[key] = float(np.mean([r.get(key, 0) for r in rows])) if rows else 0.0
+    return summary | hop_rates(rows) | verifier_summary(rows)
+
+
+def hop_rates(rows: Sequence[dict]) -> dict[str, float]:
+    """Hop recall and chaining rate: the means of the rows' ``hop_behaviour`` flags, where
+    they have any (none for questions without a chain)."""
+    rates = {}
     for key, name in (("hops_retrieved", "hop_recall"), ("chained", "chaining_rate")):
         flags = [flag for r in rows for flag in r.get(key, [])]
         if flags:
-            summary[name] = float(np.mean(flags))
-    return summary | verifier_summary(rows)
+            rates[name] = float(np.mean(flags))
+    return rates
 
 
 def verifier_summary(rows: Sequence[dict]) -> dict[str, float]:

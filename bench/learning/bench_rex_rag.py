@@ -44,6 +44,7 @@ from pathlib import Path
 from advrag.config import load_config
 from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.datasets.records import question_kind
+from advrag.evaluation.scoring import hop_rates
 from advrag.recipes.grpo import GrpoConfig
 from advrag.tasks import tracking
 
@@ -167,13 +168,6 @@ def summary(rows: list[dict]) -> dict:
                       for kind in kinds for part in [[r for r in rows if r["kind"] == kind]]}
     return out
 
-
-def hop_rates(rows: list[dict]) -> dict[str, float]:
-    """Hop recall and chaining rate over the rows' flags (``summarize``'s), where they have any:
-    none for rows of an older record, or of questions without a chain."""
-    from advrag.evaluation.scoring import summarize
-
-    return {k: v for k, v in summarize(rows).items() if k in ("hop_recall", "chaining_rate")}
 
 
 def seed_mean(runs: list[list[dict]], key: str) -> list[float]:
