@@ -16,6 +16,9 @@ export MLFLOW_DISABLE_TELEMETRY=true
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
 export DVC_NO_ANALYTICS=1
 export HF_HUB_OFFLINE=1
+# The benchmarks run a recipe's tasks outside a flow run (flows.rl.run_recipe): without this,
+# Prefect warns at every task that it has no flow run to send the task's logs to.
+export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW=ignore
 # mkdocs 1.6 prints a banner about mkdocs 2 at every build; the site pins mkdocs < 2.
 export NO_MKDOCS_2_WARNING=1
 export TRANSFORMERS_OFFLINE=1

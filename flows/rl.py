@@ -118,7 +118,7 @@ def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int
     one: ``steps``, or the update that spends ``max_train_minutes``.
     """
     config, history, started = recipe.config, [], time.perf_counter()
-    bar = console.progress(f"{recipe.name} RL", config.steps, "updates", initial=first_step)
+    bar = console.progress(f"{run_label(recipe)} RL", config.steps, "updates", initial=first_step)
     for step in range(first_step, config.steps):
         metrics = rl.train_step(recipe, retriever, step, records)
         tracking.log_metrics(run_id, metrics, step=step)
@@ -133,6 +133,13 @@ def run_updates(recipe: Recipe, run_id: str, retriever, records, first_step: int
             break
     bar.close()
     return history
+
+
+def run_label(recipe: Recipe) -> str:
+    """The recipe's name for its progress bar, ``+rex`` when it composes REX-RAG's probes (a
+    ``grpo`` run with ``exploration: {kind: rex}`` is REX-RAG's method, not plain GRPO)."""
+    probing = getattr(recipe.config, "exploration", None) is not None
+    return f"{recipe.name}+rex" if probing else recipe.name
 
 
 def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs: dict,
