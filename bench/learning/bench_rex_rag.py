@@ -66,6 +66,8 @@ the searches' queries and passage ids, which gold hops came back, which queries 
 Records written before 2026-12-05 (the start ``ae5f3a65…`` and ``grpo-seed0``) lack them."""
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
+PROBES_BY_KIND = ("rex/probes_opened/", "rex/probes_correct/")
+"""The prefixes of the probes a REX-RAG update opened, and of those right, per question kind."""
 
 
 def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) -> GrpoConfig:
@@ -96,10 +98,26 @@ def train_arm(config: GrpoConfig, name: str, warmup: Path | None) -> dict:
 
 
 def curves(run_id: str) -> dict[str, list[float]]:
-    """The per-update ``CURVES`` of one MLflow run."""
+    """The per-update ``CURVES`` of one MLflow run, and its probes per question kind (logged
+    only at the updates that opened one of that kind)."""
     client = tracking.client()
+    keys = [*CURVES, *sorted(key for key in client.get_run(run_id).data.metrics
+                             if key.startswith(PROBES_BY_KIND))]
     return {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
-                                          key=lambda m: m.step)] for key in CURVES}
+                                          key=lambda m: m.step)] for key in keys}
+
+
+def probe_totals(run_curves: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per question kind, the probes a run opened and those that earned full marks, summed
+    over its updates, and their ratio: which kinds the exploration prompts rescue."""
+    totals = {}
+    for key, opened in run_curves.items():
+        if key.startswith(PROBES_BY_KIND[0]):
+            kind = key.removeprefix(PROBES_BY_KIND[0])
+            correct = sum(run_curves[f"{PROBES_BY_KIND[1]}{kind}"])
+            totals[kind] = {"opened": sum(opened), "correct": correct,
+                            "accuracy": correct / sum(opened)}
+    return totals
 
 
 def train_in_child(args: argparse.Namespace, records: ArmRecords, name: str) -> None:
@@ -314,6 +332,7 @@ def write_aggregate(args: argparse.Namespace, base: GrpoConfig, records: ArmReco
               "start_digests": {name: record["start_digest"] for name, record in done.items()},
               "heldout": args.heldout, "max_turns": base.max_turns,
               "arms": {name: record["training"] | {k: record[k] for k in ("cpu", "finished")}
+                       | {"probes_by_kind": probe_totals(record["training"]["curves"])}
                        for name, record in done.items()},
               "arms_missing": [name for name in names if name not in done],
               "heldout_results": {name: summary(r) for name, r in rows.items()},

@@ -14,7 +14,7 @@ from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
 from advrag.models.loading import load_policy
 from advrag.recipes.rex_rag import RexExploration
-from advrag.recipes.rex_rag.step import ExplorationState, rex_step
+from advrag.recipes.rex_rag.step import ExplorationState, probes_by_kind, rex_step
 from advrag.recipes.rollout import RolloutSettings
 
 RECORDS = [QARecord("q1", "Who is A?", ["A"], {"type": "single", "hops": 1}),
@@ -89,6 +89,10 @@ def test_the_filter_keeps_the_top_probe_and_the_correction_reweighs_the_rest(tin
     # the keep ratio moves towards the probes' accuracy (1) but not above the configured 0.12
     assert metrics["rex/keep_ratio"] == 0.12 and state.keep_ratio == 0.12
     assert metrics["type/single/f1"] == 0.0 and metrics["type/two-hop/searches"] == 0.0
+    # three probes of each question's wrong answers, every one right
+    assert {k: v for k, v in metrics.items() if "/probes_" in k and k.count("/") == 2} == {
+        "rex/probes_opened/single": 3.0, "rex/probes_correct/single": 3.0,
+        "rex/probes_opened/two-hop": 3.0, "rex/probes_correct/two-hop": 3.0}
 
 
 def test_without_the_filter_every_probe_is_kept(tiny_policy_dir):
@@ -107,6 +111,7 @@ def test_without_importance_sampling_the_ratio_is_the_plain_one(tiny_policy_dir)
 def test_the_keep_ratio_follows_a_failing_probes_accuracy_down(tiny_policy_dir):
     metrics, state = _step(_trainer(tiny_policy_dir), stubborn=True)
     assert metrics["rex/probe_accuracy"] == 0.0
+    assert metrics["rex/probes_opened/two-hop"] == 3.0 and metrics["rex/probes_correct/two-hop"] == 0.0
     assert state.keep_ratio == pytest.approx(0.9 * 0.12)  # (1 − 0.1)·0.12 + 0.1·0
 
 
@@ -149,3 +154,12 @@ def test_the_progress_line_names_the_probes():
         {"reward_mean": 0.25, "loss": 0.1, "rollout_s": 20.0, "score_s": 0.0, "update_s": 9.6,
          "rex/probes_opened": 3.0, "rex/probes_kept": 1.0})
     assert line == "reward 0.250, loss 0.1000, probes 3 opened / 1 kept, 30 s"
+
+
+def test_probes_are_counted_per_question_kind_with_those_that_earned_full_marks():
+    three_hop = QARecord("q3", "Who?", ["C"], {"type": "compositional", "hops": 3})
+    counted = probes_by_kind([True, False, False, True], [RECORDS[1], three_hop, three_hop,
+                                                          RECORDS[1]])
+    assert counted == {"rex/probes_opened/two-hop": 2.0, "rex/probes_correct/two-hop": 2.0,
+                       "rex/probes_opened/three-hop": 2.0, "rex/probes_correct/three-hop": 0.0}
+    assert probes_by_kind([], []) == {}

@@ -307,6 +307,21 @@ def test_the_rex_rag_record_grows_arm_by_arm_and_tests_once_all_have_run(tmp_pat
                 for line in (tmp_path / "rex-rag-chaining_rows.jsonl").read_text().splitlines()}
     assert policies == {"start-aaaa", "start-bbbb", "grpo-seed0", "rex-seed0"}
     assert (tmp_path / "rex-rag-chaining_curves.png").stat().st_size > 0
+    assert report["arms"]["rex-seed0"]["probes_by_kind"] == {}  # curves without kinds
+
+
+def test_an_arms_probes_are_summed_per_question_kind(monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_rex_rag
+
+    # two-hop probes at three updates (2, 1, 1 opened; 1, 0, 1 right), three-hop at one
+    run_curves = {"reward_mean": [0.5, 0.25, 0.5],
+                  "rex/probes_opened/two-hop": [2.0, 1.0, 1.0],
+                  "rex/probes_correct/two-hop": [1.0, 0.0, 1.0],
+                  "rex/probes_opened/three-hop": [3.0], "rex/probes_correct/three-hop": [0.0]}
+    assert bench_rex_rag.probe_totals(run_curves) == {
+        "two-hop": {"opened": 4.0, "correct": 2.0, "accuracy": 0.5},
+        "three-hop": {"opened": 3.0, "correct": 0.0, "accuracy": 0.0}}
 
 
 def test_the_adversarial_test_pairs_each_arm_with_grpo_on_the_same_questions(monkeypatch):

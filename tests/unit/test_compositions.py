@@ -69,6 +69,7 @@ def test_each_wrong_answer_is_probed_and_rewarded_as_gar_rewards_a_rollout(plain
     metrics = probed["metrics"]
     assert metrics["rex/probes_opened"] == 5.0 and metrics["rex/probes_kept"] == 5.0
     assert metrics["rex/probe_accuracy"] == 1.0 and metrics["rex/policy_accuracy"] == 0.375
+    assert metrics["rex/probes_opened/untyped"] == metrics["rex/probes_correct/untyped"] == 5.0
     # the reasoner's reported reward and answer score stay the policy's
     for key in ("reasoner/reward_mean", "reasoner/answer_score", "reasoner/slice_score"):
         assert metrics[key] == plain["metrics"][key], key
@@ -256,6 +257,8 @@ def test_arr_probes_reopen_wrong_dialogues_and_the_filter_keeps_one(tiny_policy_
                                                             "keep_ratio": 0.5})
     assert metrics["rex/probes_opened"] == 2.0 and metrics["rex/probes_kept"] == 1.0
     assert metrics["rex/probe_accuracy"] == 1.0 and metrics["rex/policy_accuracy"] == 0.0
+    # both probes counted for the question's kind (a record without a type), kept or not
+    assert metrics["rex/probes_opened/untyped"] == metrics["rex/probes_correct/untyped"] == 2.0
     assert metrics["rex/ratio_policy"] == pytest.approx(1.5, rel=1e-5)
     assert metrics["reasoner/em"] == 0.0  # the policy's dialogues: probes are not counted
     assert recipe.trainers["reasoner"].step == 1 and recipe.trainers["verifier"].step == 1

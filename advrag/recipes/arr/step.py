@@ -272,6 +272,7 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         score(dialogues, repeated, config),
         [split_actions(d.reasoner, config.monitored_actions) for d in dialogues]))
     rows, correction, correct = list(range(n)), None, [s.f1_reasoner >= 1.0 for s in scores]
+    answered = repeated  # every dialogue's record, probes included, before the filter
     if prober is not None:
         rows, correction = filtered_and_corrected(
             trainers["reasoner"], [s.trajectory for s in r_splits], n, prober.pool, correct,
@@ -282,7 +283,8 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         [s.trajectory for s in r_splits], [s.reward_reasoner for s in scores],
         [r.id for r in repeated], correction))
     explored_metrics = ({} if prober is None else  # after the update: the correction's ratios
-                        explored(exploration, correct, n, rows, correction, config.exploration))
+                        explored(exploration, correct, answered, n, rows, correction,
+                                 config.exploration))
     (per_turn, r_truncated), r_entropy_s = _timed(lambda: reasoner_entropies(
         r_update.batch, r_update.entropy, r_splits, config.monitored_actions))
     (impact_values, patterns), r_impact_s = _timed(lambda: impacts(

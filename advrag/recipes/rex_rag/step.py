@@ -118,7 +118,7 @@ def corrected_update(trainer: LocalTrainer, generator: TextGenerator, probed: Pr
     group_ids = [probed.answered[i].id for i in rows]
     result = trainer.update([trajectories[i] for i in rows], scores[rows], group_ids, correction)
     push_updated_weights(generator, trainer)
-    metrics = explored(state, correct, n, rows, correction, exploration)
+    metrics = explored(state, correct, probed.answered, n, rows, correction, exploration)
     metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
     return result.metrics | metrics
 
@@ -140,11 +140,14 @@ def filtered_and_corrected(trainer: LocalTrainer, trajectories: Sequence[Traject
                             correction=exploration.correction)
 
 
-def explored(state: ExplorationState, correct: Sequence[bool], n: int, rows: Sequence[int],
-             correction: Correction | None, exploration: RexExploration) -> dict[str, float]:
-    """Step 5: the exploration's metrics at the keep ratio used, then the ratio moved towards
-    this step's probe accuracy (when probes were opened)."""
-    metrics = exploration_metrics(correct, n, rows, state.keep_ratio, correction)
+def explored(state: ExplorationState, correct: Sequence[bool], answered: Sequence[QARecord],
+             n: int, rows: Sequence[int], correction: Correction | None,
+             exploration: RexExploration) -> dict[str, float]:
+    """Step 5: the exploration's metrics at the keep ratio used (with the probes of each
+    question kind, ``answered[i]`` being trajectory ``i``'s record), then the ratio moved
+    towards this step's probe accuracy (when probes were opened)."""
+    metrics = (exploration_metrics(correct, n, rows, state.keep_ratio, correction)
+               | probes_by_kind(correct[n:], answered[n:]))
     if len(correct) > n:
         state.keep_ratio = updated_keep_ratio(state.keep_ratio, metrics["rex/probe_accuracy"],
                                               exploration.keep_ratio_weight,
@@ -175,6 +178,17 @@ def exploration_metrics(correct: Sequence[bool], policy_count: int, rows: Sequen
         "rex/probe_accuracy": sum(opened) / len(opened) if opened else 0.0}
     if correction is not None:
         metrics |= {f"rex/ratio_{role}": value for role, value in correction.ratios.items()}
+    return metrics
+
+
+def probes_by_kind(correct: Sequence[bool], records: Sequence[QARecord]) -> dict[str, float]:
+    """The probes opened and those that earned full marks, per question kind of their record
+    (``question_kind``): summed over a run, which kinds the exploration prompts rescue."""
+    metrics: dict[str, float] = {}
+    for right, record in zip(correct, records, strict=True):
+        kind = question_kind(record)
+        metrics[f"rex/probes_opened/{kind}"] = metrics.get(f"rex/probes_opened/{kind}", 0.0) + 1
+        metrics[f"rex/probes_correct/{kind}"] = metrics.get(f"rex/probes_correct/{kind}", 0.0) + right
     return metrics
 
 
