@@ -66,7 +66,7 @@ the searches' queries and passage ids, which gold hops came back, which queries 
 Records written before 2026-12-05 (the start ``ae5f3a65…`` and ``grpo-seed0``) lack them."""
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
-PROBES_BY_KIND = ("rex/probes_opened/", "rex/probes_correct/")
+PROBES_OPENED, PROBES_CORRECT = "rex/probes_opened/", "rex/probes_correct/"
 """The prefixes of the probes a REX-RAG update opened, and of those right, per question kind."""
 
 
@@ -102,7 +102,7 @@ def curves(run_id: str) -> dict[str, list[float]]:
     only at the updates that opened one of that kind)."""
     client = tracking.client()
     keys = [*CURVES, *sorted(key for key in client.get_run(run_id).data.metrics
-                             if key.startswith(PROBES_BY_KIND))]
+                             if key.startswith((PROBES_OPENED, PROBES_CORRECT)))]
     return {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
                                           key=lambda m: m.step)] for key in keys}
 
@@ -112,9 +112,9 @@ def probe_totals(run_curves: dict[str, list[float]]) -> dict[str, dict[str, floa
     over its updates, and their ratio: which kinds the exploration prompts rescue."""
     totals = {}
     for key, opened in run_curves.items():
-        if key.startswith(PROBES_BY_KIND[0]):
-            kind = key.removeprefix(PROBES_BY_KIND[0])
-            correct = sum(run_curves[f"{PROBES_BY_KIND[1]}{kind}"])
+        if key.startswith(PROBES_OPENED):
+            kind = key.removeprefix(PROBES_OPENED)
+            correct = sum(run_curves[PROBES_CORRECT + kind])
             totals[kind] = {"opened": sum(opened), "correct": correct,
                             "accuracy": correct / sum(opened)}
     return totals

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -184,12 +185,11 @@ def exploration_metrics(correct: Sequence[bool], policy_count: int, rows: Sequen
 def probes_by_kind(correct: Sequence[bool], records: Sequence[QARecord]) -> dict[str, float]:
     """The probes opened and those that earned full marks, per question kind of their record
     (``question_kind``): summed over a run, which kinds the exploration prompts rescue."""
-    metrics: dict[str, float] = {}
-    for right, record in zip(correct, records, strict=True):
-        kind = question_kind(record)
-        metrics[f"rex/probes_opened/{kind}"] = metrics.get(f"rex/probes_opened/{kind}", 0.0) + 1
-        metrics[f"rex/probes_correct/{kind}"] = metrics.get(f"rex/probes_correct/{kind}", 0.0) + right
-    return metrics
+    kinds = [question_kind(record) for record in records]
+    opened = Counter(kinds)
+    right = Counter(kind for kind, ok in zip(kinds, correct, strict=True) if ok)
+    return ({f"rex/probes_opened/{kind}": float(count) for kind, count in opened.items()}
+            | {f"rex/probes_correct/{kind}": float(right[kind]) for kind in opened})
 
 
 def keep_probes(trainer: LocalTrainer, trajectories: Sequence[Trajectory], policy_count: int,
