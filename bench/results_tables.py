@@ -625,19 +625,22 @@ def chaining_warmup_table(report: dict) -> Table:
 
 
 def judge_table(report: dict) -> Table:
-    """The judge's held-out measures over every slice and per source."""
-    m = report["heldout"]
+    """The judge's held-out measures over every slice and per source, the AUROC with its
+    interval over questions where the report has one."""
+    m, intervals = report["heldout"], report.get("heldout_auroc_ci", {})
 
     def row(label: str, prefix: str) -> list[str]:
         def value(key: str, fmt: str = "{:.3f}") -> str:
             x = m.get(prefix + key)
             return "n/a" if x is None or x != x else fmt.format(x)  # NaN: one label scored
-        return [label, value("n", "{:.0f}"), value("auroc_all"), value("auroc"),
+        auroc = (interval(m[prefix + "auroc_all"], intervals[label]) if label in intervals
+                 else value("auroc_all"))
+        return [label, value("n", "{:.0f}"), auroc, value("auroc"),
                 value("accuracy"), value("f1"), value("malformed", "{:.0f}")]
 
     sources = sorted({k.split("/")[0] for k in m if "/" in k})
-    return (["held-out slices", "n", "AUROC (every slice)", "AUROC (with a verdict)", "accuracy",
-             "F1", "malformed"],
+    return (["held-out slices", "n", "AUROC, every slice [95% CI over questions]",
+             "AUROC (with a verdict)", "accuracy", "F1", "malformed"],
             [row("all", ""), *(row(source, f"{source}/") for source in sources)])
 
 

@@ -183,3 +183,39 @@ def replicate_paired_diff_ci(
         raise ValueError("replicate scores must be two equal (replicates, items) tables, got "
                          f"shapes {arr_a.shape} and {arr_b.shape}")
     return bootstrap_ci((arr_a - arr_b).mean(axis=0), n_boot=n_boot, alpha=alpha, seed=seed)
+
+
+def clustered_auroc_ci(
+    labels: Sequence[bool],
+    scores: Sequence[float],
+    clusters: Sequence[str],
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """AUROC of ``scores`` for ``labels`` with a percentile-bootstrap interval over clusters.
+
+    Items of one cluster (the slices of one question) are correlated, so whole clusters are
+    resampled, not items. A resample holding one label has no AUROC and is drawn again.
+    Returns (auroc, lo, hi); deterministic for a given seed.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(labels, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    if not y.shape == s.shape == (len(clusters),) or y.all() or not y.any():
+        raise ValueError("clustered_auroc_ci needs equal-length labels, scores and clusters, "
+                         "with both labels present")
+    members: dict[str, list[int]] = {}
+    for i, c in enumerate(clusters):
+        members.setdefault(c, []).append(i)
+    groups = [np.asarray(m) for m in members.values()]
+    rng = np.random.default_rng(seed)
+    aurocs: list[float] = []
+    while len(aurocs) < n_boot:
+        rows = np.concatenate([groups[g] for g in rng.integers(0, len(groups), len(groups))])
+        if y[rows].all() or not y[rows].any():
+            continue
+        aurocs.append(float(roc_auc_score(y[rows], s[rows])))
+    lo, hi = np.quantile(aurocs, [alpha / 2, 1 - alpha / 2])
+    return float(roc_auc_score(y, s)), float(lo), float(hi)

@@ -9,9 +9,9 @@ rollouts, ``--rollouts K`` of each question, add slices of its own reasoning). T
 slices with the grounded judge, splits them by question, fine-tunes the judge with early stopping
 on the AUROC of the dev slices (a third of the held-out questions') and measures the kept epoch on
 the other held-out slices. Writes ``bench/results/judge-<name>.json``: the held-out measures over
-all slices and per source (demonstration, corrupted, rollout), the slice counts per split (train,
-dev, heldout) and source, each epoch's dev AUROC and loss, and the passages the evidence cap left
-out. The protocol and its targets are in ``docs/gar-experiments.md``. Resumable: the labelled slice
+all slices and per source (demonstration, corrupted, rollout), 95% intervals of the AUROC over
+questions, the slice counts per split (train, dev, heldout) and source, each epoch's dev AUROC and
+loss, and the passages the evidence cap left out. The protocol and its targets are in ``docs/gar-experiments.md``. Resumable: the labelled slice
 set is built once (``.cache/advrag/judge/<name>/slices``) and each finished SFT epoch is kept until
 the SFT ends, so a rerun of the same command goes on where a killed one stopped. Across sessions
 (whose ``.cache/`` does not survive), ``--archive DIR`` keeps what to commit: the rollouts as they
@@ -204,6 +204,22 @@ def evidence_left_out(run_id: str) -> float:
     return mlflow.MlflowClient().get_run(run_id).data.metrics["sft/evidence_left_out"]
 
 
+def heldout_intervals(run_id: str) -> dict[str, list[float]]:
+    """95% intervals of the measured held-out AUROC (every slice, one without a P(yes) at 0.5),
+    over all slices and per source with both labels, resampling whole questions (a question's
+    slices share its facts): ``{"all" | source: [lo, hi]}``."""
+    from advrag.core.metrics import clustered_auroc_ci
+    from advrag.tasks import tracking
+
+    rows = tracking.load_table(run_id, "heldout/judgments.json")
+    groups = {"all": rows} | {source: [r for r in rows if r["id"].split("/")[1] == source]
+                              for source in sorted({r["id"].split("/")[1] for r in rows})}
+    return {name: list(clustered_auroc_ci(
+        [r["sound"] for r in group], [0.5 if r["p_yes"] is None else r["p_yes"] for r in group],
+        [r["id"].split("/")[0] for r in group], n_boot=2000)[1:])
+        for name, group in groups.items() if len({r["sound"] for r in group}) == 2}
+
+
 def parts(config: DiscriminatorSFTConfig, rows: list[dict]) -> list[dict]:
     """The slice rows with the held-out ones that chose the epoch marked ``"split": "dev"``
     (``parted``), so the report counts the training, dev and measured held-out slices."""
@@ -245,7 +261,8 @@ def main() -> None:
         "dev_fraction": config.dev_fraction,
         "slices": {f"{split}/{source}": n for (split, source), n in sorted(
             Counter((r["split"], r["source"]) for r in rows).items())},
-        "heldout": result["metrics"], "training": result["training"],
+        "run_id": result["run_id"], "heldout": result["metrics"],
+        "heldout_auroc_ci": heldout_intervals(result["run_id"]), "training": result["training"],
         "evidence_left_out": evidence_left_out(result["run_id"]),
         "epochs": epoch_history(result["run_id"])})
 

@@ -123,6 +123,7 @@ def test_judgment_metrics_count_malformed_outputs_as_wrong():
     assert judgment_metrics([True, False], [None, None], [0.5, 0.4])["p_yes_accuracy"] == 1.0
     assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc"])  # one label: undefined
     assert math.isnan(judgment_metrics([True], [True], [0.7])["auroc_all"])
+    assert math.isnan(judgment_metrics([False, False], [False, True], [0.1, 0.8])["f1"])
 
 
 def test_judged_in_chunks_gives_what_one_call_gives(judge):

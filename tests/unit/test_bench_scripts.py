@@ -587,3 +587,29 @@ def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
     assert by["rex", "two-hop"]["vs_start"]["diff"] == pytest.approx(1.0)
     assert (by["rex", "two-hop"]["n"], by["rex", "all"]["seeds"]) == (2, ["0", "1"])
     assert ("rex", "comparison") not in by  # a kind without questions gets no row
+
+
+def test_the_judge_s_auroc_intervals_resample_questions_and_skip_one_label_sources(
+        tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_judge
+
+    from advrag.tasks import tracking
+
+    uri = tracking.default_uri(tmp_path / "ml")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tracking.configure(uri)
+    # every question's sound rollout slice is ranked above its unsound one: AUROC 1 whatever
+    # questions a resample draws; corrupted slices are all unsound: no interval of their own
+    rows = [{"id": f"q{q}/rollout/{i}", "sound": i == 0, "p_yes": [0.9, 0.3][i]}
+            for q in range(5) for i in range(2)]
+    rows += [{"id": f"q{q}/corrupted/0", "sound": False, "p_yes": 0.95 if q == 0 else None}
+             for q in range(5)]
+    with tracking.tracked_run("bench-judge", "j") as run_id:
+        tracking.log_table(run_id, rows, "heldout/judgments.json")
+    intervals = bench_judge.heldout_intervals(run_id)
+    assert intervals["rollout"] == [1.0, 1.0] and "corrupted" not in intervals
+    # all: the sound 0.9s beat the unsound 0.3s and the unread ones (0.5) but lose to q0's
+    # corrupted 0.95: a resample without q0 scores 1, one with it less
+    lo, hi = intervals["all"]
+    assert lo < 1.0 and hi == 1.0

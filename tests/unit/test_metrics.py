@@ -10,6 +10,7 @@ import pytest
 
 from advrag.core.metrics import (
     bootstrap_ci,
+    clustered_auroc_ci,
     exact_match,
     f1_score,
     normalize_answer,
@@ -185,3 +186,14 @@ def test_replicate_paired_diff_ci_rejects_mismatched_tables():
     with pytest.raises(ValueError, match="replicates, items"):
         replicate_paired_diff_ci([1.0, 0.0], [1.0, 0.0])
 
+
+
+def test_clustered_auroc_ci_resamples_whole_questions():
+    # question a ranks its sound slice first, question b last: over both, pairs won 0.9>0.1,
+    # 0.9>0.8, 0.2>0.1, lost 0.2<0.8 → 3/4; a resample is a+a (1.0), b+b (0.0) or a+b (0.75)
+    labels, scores, clusters = [True, False, True, False], [0.9, 0.1, 0.2, 0.8], "aabb"
+    auroc, lo, hi = clustered_auroc_ci(labels, scores, list(clusters), n_boot=400, seed=1)
+    assert (auroc, lo, hi) == (0.75, 0.0, 1.0)
+    assert clustered_auroc_ci([True, False], [0.7, 0.2], ["a", "b"], n_boot=50) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="both labels"):
+        clustered_auroc_ci([True, True], [0.7, 0.2], ["a", "b"])

@@ -61,11 +61,12 @@ def test_the_judge_table_shows_every_slice_and_each_source(tables, tmp_path):
     report = {"heldout": {"n": 4, "auroc_all": 0.75, "auroc": 1.0, "accuracy": 0.5, "f1": 0.4,
                           "malformed": 1.0, "rollout/n": 2, "rollout/auroc_all": 0.5,
                           "rollout/auroc": nan, "rollout/accuracy": 0.0, "rollout/f1": 0.0,
-                          "rollout/malformed": 1.0}}
+                          "rollout/malformed": 1.0},
+              "heldout_auroc_ci": {"all": [0.5, 0.9]}}
     (tmp_path / "judge-test.json").write_text(json.dumps(report))
     rows = tables.render("judge-test.json", results=tmp_path).splitlines()
-    assert rows[2] == "| all | 4 | 0.750 | 1.000 | 0.500 | 0.400 | 1 |"
-    assert rows[3] == "| rollout | 2 | 0.500 | n/a | 0.000 | 0.000 | 1 |"
+    assert rows[2] == "| all | 4 | 0.750 [0.500, 0.900] | 1.000 | 0.500 | 0.400 | 1 |"
+    assert rows[3] == "| rollout | 2 | 0.500 | n/a | 0.000 | 0.000 | 1 |"  # no interval
 
 
 def test_the_judge_epochs_table_marks_the_kept_epoch(tables, tmp_path):

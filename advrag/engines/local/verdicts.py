@@ -109,7 +109,8 @@ def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
     """Accuracy, macro F1 over yes/no, AUROC of P(yes), the malformed count, and the
     accuracy of P(yes) ≥ 0.5.
 
-    A malformed output (no verdict) is wrong for accuracy and F1; ``auroc`` ranks the
+    A malformed output (no verdict) is wrong for accuracy and F1. F1 is NaN unless both labels
+    are in ``sound``: the macro mean over a label no slice has would halve it. ``auroc`` ranks the
     outputs that have a P(yes) and is NaN unless both labels are among them; ``auroc_all``
     ranks every output, one without a P(yes) at 0.5 (no information either way, as GAR's
     rewards read it), so a judge cannot look better by writing fewer verdicts.
@@ -125,7 +126,8 @@ def judgment_metrics(sound: Sequence[bool], verdicts: Sequence[bool | None],
     both = len({s for s, _ in scored}) == 2
     return {
         "accuracy": sum(t == s for t, s in zip(truth, said)) / max(len(truth), 1),
-        "f1": float(f1_score(truth, said, labels=["yes", "no"], average="macro", zero_division=0)),
+        "f1": float(f1_score(truth, said, labels=["yes", "no"], average="macro", zero_division=0))
+        if len(set(sound)) == 2 else math.nan,
         "auroc": float(roc_auc_score([s for s, _ in scored], [p for _, p in scored]))
         if both else math.nan,
         "auroc_all": float(roc_auc_score(list(sound), [0.5 if p is None else p for p in p_yes]))
