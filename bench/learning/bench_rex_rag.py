@@ -68,6 +68,10 @@ CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
 PROBES_OPENED, PROBES_CORRECT = "rex/probes_opened/", "rex/probes_correct/"
 """The prefixes of the probes a REX-RAG update opened, and of those right, per question kind."""
+PROBE_OUTCOMES = ("rex/probe_new_searches", "rex/probe_same_answer", "rex/probe_unanswered",
+                  "rex/probe_f1", "rex/probe_origin_f1")
+"""What the probes did, each a mean over one update's probes (``rex_rag.step.probe_outcomes``).
+Records written before 2026-12-06 lack them."""
 
 
 def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) -> GrpoConfig:
@@ -94,7 +98,7 @@ def train_arm(config: GrpoConfig, name: str, warmup: Path | None) -> dict:
     result = run_recipe(GrpoRecipe(config), "bench-rex-rag", name)
     return {"run_id": result["run_id"], "model_dir": str(result["model_dir"]),
             "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
-            "curves": curves(result["run_id"])}
+            "curves": curves(result["run_id"]), "probe_outcomes": probe_outcomes(result["run_id"])}
 
 
 def curves(run_id: str) -> dict[str, list[float]]:
@@ -105,6 +109,17 @@ def curves(run_id: str) -> dict[str, list[float]]:
                              if key.startswith((PROBES_OPENED, PROBES_CORRECT)))]
     return {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
                                           key=lambda m: m.step)] for key in keys}
+
+
+def probe_outcomes(run_id: str) -> dict[str, float]:
+    """Each of ``PROBE_OUTCOMES`` over every probe of the run: the updates' means weighted by
+    the probes each opened (logged only at updates that opened one); empty without probes."""
+    client = tracking.client()
+    opened = {m.step: m.value for m in client.get_metric_history(run_id, "rex/probes_opened")}
+    histories = {key: client.get_metric_history(run_id, key) for key in PROBE_OUTCOMES}
+    total = sum(opened[m.step] for m in histories[PROBE_OUTCOMES[0]])
+    return {key: sum(m.value * opened[m.step] for m in history) / total
+            for key, history in histories.items()} if total else {}
 
 
 def probe_totals(run_curves: dict[str, list[float]]) -> dict[str, dict[str, float]]:

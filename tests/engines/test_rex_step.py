@@ -14,7 +14,12 @@ from advrag.engines.local.policy import TrainablePolicy
 from advrag.engines.local.trainer import LocalTrainer, TrainConfig
 from advrag.models.loading import load_policy
 from advrag.recipes.rex_rag import RexExploration
-from advrag.recipes.rex_rag.step import ExplorationState, probes_by_kind, rex_step
+from advrag.recipes.rex_rag.step import (
+    ExplorationState,
+    probe_outcomes,
+    probes_by_kind,
+    rex_step,
+)
 from advrag.recipes.rollout import RolloutSettings
 
 RECORDS = [QARecord("q1", "Who is A?", ["A"], {"type": "single", "hops": 1}),
@@ -93,6 +98,10 @@ def test_the_filter_keeps_the_top_probe_and_the_correction_reweighs_the_rest(tin
     assert {k: v for k, v in metrics.items() if "/probes_" in k and k.count("/") == 2} == {
         "rex/probes_opened/single": 3.0, "rex/probes_correct/single": 3.0,
         "rex/probes_opened/two-hop": 3.0, "rex/probes_correct/two-hop": 3.0}
+    # each probe searched once after its prompt and answered anew, right where "nobody" was not
+    assert (metrics["rex/probe_new_searches"], metrics["rex/probe_same_answer"],
+            metrics["rex/probe_unanswered"], metrics["rex/probe_f1"],
+            metrics["rex/probe_origin_f1"]) == (1.0, 0.0, 0.0, 1.0, 0.0)
 
 
 def test_without_the_filter_every_probe_is_kept(tiny_policy_dir):
@@ -113,6 +122,8 @@ def test_the_keep_ratio_follows_a_failing_probes_accuracy_down(tiny_policy_dir):
     assert metrics["rex/probe_accuracy"] == 0.0
     assert metrics["rex/probes_opened/two-hop"] == 3.0 and metrics["rex/probes_correct/two-hop"] == 0.0
     assert state.keep_ratio == pytest.approx(0.9 * 0.12)  # (1 − 0.1)·0.12 + 0.1·0
+    # the stubborn probes searched, then said "nobody" again: they explored nothing
+    assert metrics["rex/probe_new_searches"] == 1.0 and metrics["rex/probe_same_answer"] == 1.0
 
 
 def test_question_kinds_of_the_world():
@@ -163,3 +174,20 @@ def test_probes_are_counted_per_question_kind_with_those_that_earned_full_marks(
     assert counted == {"rex/probes_opened/two-hop": 2.0, "rex/probes_correct/two-hop": 2.0,
                        "rex/probes_opened/three-hop": 2.0, "rex/probes_correct/three-hop": 0.0}
     assert probes_by_kind([], []) == {}
+
+
+def test_probe_outcomes_compare_each_probe_with_the_answer_it_reopened():
+    from advrag.agents.types import ProbeOrigin
+
+    origins = [Trajectory(answer="Tarn", n_searches=2), Trajectory(answer="Varhir City", n_searches=1)]
+    probes = [Trajectory(answer="the tarn", n_searches=2, probe=ProbeOrigin(0, 3, 0)),
+              Trajectory(answer=None, n_searches=3, probe=ProbeOrigin(1, 2, 5))]
+    records = [RECORDS[0], QARecord("q3", "Where?", ["Varhir"], {"type": "single", "hops": 1})]
+    outcomes = probe_outcomes(origins + probes, records + records, 2)
+    # new searches 0 and 2 → 1; "the tarn" normalises to "tarn": one repeat of two; one
+    # unanswered; probe F1 0 and 0; origins' F1 0 ("Tarn" against "A") and 2/3 ("Varhir City"
+    # against "Varhir": precision 1/2, recall 1 → 2/3) → 1/3
+    assert outcomes == pytest.approx({
+        "rex/probe_new_searches": 1.0, "rex/probe_same_answer": 0.5, "rex/probe_unanswered": 0.5,
+        "rex/probe_f1": 0.0, "rex/probe_origin_f1": 1 / 3})
+    assert probe_outcomes(origins, records, 2) == {}

@@ -324,6 +324,30 @@ def test_an_arms_probes_are_summed_per_question_kind(monkeypatch):
         "three-hop": {"opened": 3.0, "correct": 0.0, "accuracy": 0.0}}
 
 
+def test_an_arms_probe_outcomes_weigh_each_update_by_the_probes_it_opened(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_rex_rag
+
+    from advrag.tasks import tracking
+
+    uri = tracking.default_uri(tmp_path / "ml")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tracking.configure(uri)
+    with tracking.tracked_run("bench-rex-rag", "r") as run_id:
+        for step, opened in enumerate([3.0, 0.0, 1.0]):
+            tracking.log_metrics(run_id, {"rex/probes_opened": opened}, step=step)
+        # outcomes at the updates that opened probes only: 3 probes, then 1
+        for step, value in ((0, 1.0), (2, 0.0)):
+            tracking.log_metrics(run_id, {key: value for key in bench_rex_rag.PROBE_OUTCOMES},
+                                 step=step)
+    # (1.0·3 + 0.0·1) / 4 probes
+    assert bench_rex_rag.probe_outcomes(run_id) == {
+        key: 0.75 for key in bench_rex_rag.PROBE_OUTCOMES}
+    with tracking.tracked_run("bench-rex-rag", "g") as grpo:
+        tracking.log_metrics(grpo, {"reward_mean": 0.5})
+    assert bench_rex_rag.probe_outcomes(grpo) == {}
+
+
 def test_the_adversarial_test_pairs_each_arm_with_grpo_on_the_same_questions(monkeypatch):
     on_path(monkeypatch, "learning")
     import bench_adversarial

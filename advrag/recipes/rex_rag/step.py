@@ -35,7 +35,7 @@ from advrag.agents.search_loop import run_search_agent
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever, TextGenerator
 from advrag.core.advantages import informative_group_fraction
-from advrag.core.metrics import f1_score
+from advrag.core.metrics import f1_score, normalize_answer
 from advrag.core.rex_rag import probe_ranking, probes_to_keep, updated_keep_ratio
 from advrag.datasets.records import QARecord, question_kind
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
@@ -119,7 +119,8 @@ def corrected_update(trainer: LocalTrainer, generator: TextGenerator, probed: Pr
     group_ids = [probed.answered[i].id for i in rows]
     result = trainer.update([trajectories[i] for i in rows], scores[rows], group_ids, correction)
     push_updated_weights(generator, trainer)
-    metrics = explored(state, correct, probed.answered, n, rows, correction, exploration)
+    metrics = (explored(state, correct, probed.answered, n, rows, correction, exploration)
+               | probe_outcomes(trajectories, probed.answered, n))
     metrics["rex/informative_groups"] = informative_group_fraction(scores[rows], group_ids)
     return result.metrics | metrics
 
@@ -190,6 +191,30 @@ def probes_by_kind(correct: Sequence[bool], records: Sequence[QARecord]) -> dict
     right = Counter(kind for kind, ok in zip(kinds, correct, strict=True) if ok)
     return ({f"rex/probes_opened/{kind}": float(count) for kind, count in opened.items()}
             | {f"rex/probes_correct/{kind}": float(right[kind]) for kind in opened})
+
+
+def probe_outcomes(trajectories: Sequence[Trajectory], answered: Sequence[QARecord],
+                   policy_count: int) -> dict[str, float]:
+    """What the probes did after their exploration prompt, beside the answers they reopened:
+    searches made, answers repeated (normalised) or missing, and the answer F1 of probes and
+    origins. Why probes fail: a probe that repeats its origin's answer explored nothing.
+    Empty when no probe was opened."""
+    probes = trajectories[policy_count:]
+    if not probes:
+        return {}
+    origins = [trajectories[t.probe.origin] for t in probes]
+    golds = [record.golden_answers for record in answered[policy_count:]]
+    n = len(probes)
+    return {
+        "rex/probe_new_searches": sum(t.n_searches - o.n_searches
+                                      for t, o in zip(probes, origins)) / n,
+        "rex/probe_same_answer": sum(t.answer is not None and normalize_answer(t.answer)
+                                     == normalize_answer(o.answer)
+                                     for t, o in zip(probes, origins)) / n,
+        "rex/probe_unanswered": sum(t.answer is None for t in probes) / n,
+        "rex/probe_f1": sum(f1_score(t.answer, g) for t, g in zip(probes, golds)) / n,
+        "rex/probe_origin_f1": sum(f1_score(o.answer, g) for o, g in zip(origins, golds)) / n,
+    }
 
 
 def keep_probes(trainer: LocalTrainer, trajectories: Sequence[Trajectory], policy_count: int,
