@@ -204,7 +204,7 @@ def per_question_em(run_id: str, method: str) -> dict[str, float] | None:
         if table not in tracking.list_artifacts(run_id, folder):
             continue
         dataset = folder.rsplit("/", 1)[-1]
-        for row in tracking.load_table(run_id, table):
+        for row in tracking.read_table(run_id, table):
             content = json.dumps([row["question"], row["golden_answers"]], default=str)
             digest = hashlib.sha256(content.encode()).hexdigest()[:8]
             em[f"{dataset}/{row['id']}#{digest}"] = float(row["em"])
@@ -217,7 +217,7 @@ def per_slice_correct(run_id: str, method: str | None = None) -> dict[str, float
     if "heldout/judgments.json" not in tracking.list_artifacts(run_id, "heldout"):
         return None
     scores = {}
-    for row in tracking.load_table(run_id, "heldout/judgments.json"):
+    for row in tracking.read_table(run_id, "heldout/judgments.json"):
         digest = hashlib.sha256(json.dumps([row.get("slice"), row["sound"]]).encode()).hexdigest()[:8]
         scores[f"{row['id']}#{digest}"] = float(row["verdict"] == row["sound"])
     return scores or None

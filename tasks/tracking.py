@@ -336,12 +336,6 @@ def list_artifacts(run_id: str, path: str | None = None) -> list[str]:
     return [a.path for a in client().list_artifacts(run_id, path)]
 
 
-def load_table(run_id: str, artifact_file: str) -> list[dict[str, Any]]:
-    """The rows of a table stored by ``log_table``."""
-    table = mlflow.artifacts.load_dict(f"{client().get_run(run_id).info.artifact_uri}/{artifact_file}")
-    return [dict(zip(table["columns"], row)) for row in table["data"]]
-
-
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 
 

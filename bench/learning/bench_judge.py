@@ -211,7 +211,7 @@ def heldout_intervals(run_id: str) -> dict[str, list[float]]:
     from advrag.core.metrics import clustered_auroc_ci
     from advrag.tasks import tracking
 
-    rows = tracking.load_table(run_id, "heldout/judgments.json")
+    rows = tracking.read_table(run_id, "heldout/judgments.json")
     groups = {"all": rows} | {source: [r for r in rows if r["id"].split("/")[1] == source]
                               for source in sorted({r["id"].split("/")[1] for r in rows})}
     return {name: list(clustered_auroc_ci(
