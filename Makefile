@@ -174,6 +174,15 @@ bench-judge: chaining-start
 	$(PY) bench/learning/bench_judge.py --start .cache/advrag/chaining/full-3hop/rs4 --name pipeline \
 	  --archive bench/results/judge-pipeline
 
+# The adversarial protocol from the chaining start (docs/chaining-experiments.md): GAR (with the
+# judge of bench-judge, which must be on this start) and ARR, each seed, then the next arm without
+# a committed record (bench/results/adversarial-chaining/); hours an arm on two cores.
+.PHONY: bench-adversarial
+bench-adversarial: chaining-start
+	$(PY) bench/learning/bench_adversarial.py --start .cache/advrag/chaining/full-3hop/rs4 \
+	  --judge .cache/advrag/judge/pipeline/adapter
+	$(PY) bench/learning/scoreboard.py
+
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
 # installs it with --require-hashes, its build tools first (build-tools.lock) so an sdist builds

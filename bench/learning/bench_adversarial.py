@@ -2,7 +2,7 @@
 
     python bench/learning/bench_adversarial.py --start MODEL_DIR --judge ADAPTER_DIR \
         [--grpo-records bench/results/rex-rag-chaining] [--seeds 0 1 2] [--steps 48] \
-        [--questions-per-step 4] [--heldout 100]
+        [--questions-per-step 4] [--heldout 100] [--arms gar arr]
 
 The protocol is declared in docs/chaining-experiments.md ("The adversarial protocol") before
 any run:
@@ -50,7 +50,8 @@ from reporting import child_json, cpu_description, write_report
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = {"gar": "configs/gar.yaml", "arr": "configs/arr.yaml"}
 CURVES = {"gar": ("reasoner/answer_score", "reasoner/slice_score", "discriminator/R_d",
-                  "discriminator/R_a"),
+                  "discriminator/R_a", "discriminator/score_reference",
+                  "discriminator/score_generated"),
           "arr": ("reasoner/reward_mean", "verifier/reward_mean", "reasoner/f1", "verifier/f1",
                   "final/f1")}
 
@@ -154,12 +155,29 @@ def the_test(rows: dict[str, list[dict]], seeds: list[int]) -> dict:
     return out
 
 
+def start_rows(directory: Path, arms: dict[str, dict]) -> dict[str, list[dict]]:
+    """The held-out rows of the arms' start, as the RL protocol scored it (its record
+    ``start-<digest>`` in ``directory``): ``start``, or ``start-<digest>`` for each of several
+    digests (a start rebuilt on another kind of CPU); none where it has no record."""
+    digests = sorted({record["start_digest"] for record in arms.values()})
+    found = {d: record["rows"] for d in digests
+             if (record := ArmRecords(directory).load(f"start-{d}")) is not None}
+    return {("start" if len(digests) == 1 else f"start-{d}"): r for d, r in found.items()}
+
+
+def to_train(names: list[str], arms: list[str], records: ArmRecords) -> list[str]:
+    """The arms of ``names`` (``<arm>-seed<k>``, in order) among ``arms`` without a record."""
+    return [name for name in names
+            if name.split("-seed")[0] in arms and records.load(name) is None]
+
+
 def write_aggregate(args: argparse.Namespace, records: ArmRecords, names: list[str]) -> None:
     """The protocol's record from the arms recorded so far; the test once every arm and every
     GRPO arm has run."""
     done = {name: record for name in names if (record := records.load(name)) is not None}
     grpo = grpo_records(args.grpo_records, args.seeds)
-    rows = {name: record["rows"] for name, record in (grpo | done).items()}
+    rows = start_rows(args.grpo_records, grpo | done)
+    rows |= {name: record["rows"] for name, record in (grpo | done).items()}
     complete = len(done) == len(names) and len(grpo) == len(args.seeds)
     report = {"start": str(args.start), "judge": str(args.judge), "seeds": args.seeds,
               "steps": args.steps, "questions_per_step": args.questions_per_step,
@@ -194,22 +212,25 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-adversarial"))
     parser.add_argument("--records", type=Path, default=None,
                         help="the arms' committed records (default: --out without .json)")
+    parser.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=list(ARMS),
+                        help="the arms to train in this run (the record and its test still "
+                             "cover both): e.g. GAR's first, while its judge is at hand")
     parser.add_argument("--arm", choices=tuple(ARMS), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
-    for flag, path in (("--start", args.start / "config.json"), ("--judge", args.judge)):
+    for flag, path, fix in (("--start", args.start / "config.json", "make chaining-start"),
+                            ("--judge", args.judge, "make bench-judge")):
         if not path.exists():
-            parser.error(f"{flag}: {path} does not exist")
+            parser.error(f"{flag}: {path} does not exist; `{fix}` builds it")
     offline_world()
     tracking.configure()
     records = ArmRecords(args.records or args.out.with_suffix(""))
     if args.arm:
         return train_one(args, records)
     names = [f"{arm}-seed{s}" for s in args.seeds for arm in ARMS]
-    for name in names:
-        if records.load(name) is None:
-            train_in_child(args, records, name)
-            write_aggregate(args, records, names)  # a killed session keeps what finished
+    for name in to_train(names, args.arms, records):
+        train_in_child(args, records, name)
+        write_aggregate(args, records, names)  # a killed session keeps what finished
     write_aggregate(args, records, names)
 
 

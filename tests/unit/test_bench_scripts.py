@@ -388,10 +388,15 @@ def test_the_adversarial_record_waits_for_its_grpo_arms_before_the_test(tmp_path
     assert report["test"] is None and report["arms_missing"] == ["grpo-seed0"]
     assert report["verifier"] == {"arr-seed0": {"verifier/flagged_wrong": 0.5}}
     grpo.write("grpo-seed0", {"start_digest": "d", "rows": kinded_rows([1.0, 0.0, 0.0, 0.0])})
+    grpo.write("start-d", {"rows": kinded_rows([0.0, 0.0, 0.0, 0.0])})
     bench_adversarial.write_aggregate(args, mine, names)
     report = json.loads(args.out.read_text())
     assert report["arms_missing"] == []
     assert report["test"]["gar-grpo_f1_multi_hop"]["diff"] == pytest.approx(0.5)
+    # the rows beside it carry the start's, for the scoreboard's "− start"
+    policies = [json.loads(line)["policy"] for line in
+                (tmp_path / "adversarial-chaining_rows.jsonl").read_text().splitlines()]
+    assert sorted(set(policies)) == ["arr-seed0", "gar-seed0", "grpo-seed0", "start"]
 
 
 def test_a_committed_rejection_set_is_read_back_instead_of_sampled(tmp_path, monkeypatch):
@@ -611,6 +616,8 @@ def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
     assert by["rex", "two-hop"]["vs_start"]["diff"] == pytest.approx(1.0)
     assert (by["rex", "two-hop"]["n"], by["rex", "all"]["seeds"]) == (2, ["0", "1"])
     assert ("rex", "comparison") not in by  # a kind without questions gets no row
+    # a record whose first arm has not written its rows yet is left off
+    assert scoreboard.written(({"record": "toy"}, {"record": "running"})) == [{"record": "toy"}]
 
 
 def test_the_judge_s_auroc_intervals_resample_questions_and_skip_one_label_sources(
@@ -637,3 +644,16 @@ def test_the_judge_s_auroc_intervals_resample_questions_and_skip_one_label_sourc
     # corrupted 0.95: a resample without q0 scores 1, one with it less
     lo, hi = intervals["all"]
     assert lo < 1.0 and hi == 1.0
+
+
+def test_the_adversarial_run_trains_the_chosen_arms_without_a_record(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_adversarial
+    from arm_records import ArmRecords
+
+    records = ArmRecords(tmp_path / "adv")
+    records.write("gar-seed0", {"rows": []})
+    names = ["gar-seed0", "arr-seed0", "gar-seed1", "arr-seed1"]
+    assert bench_adversarial.to_train(names, ["gar"], records) == ["gar-seed1"]
+    assert bench_adversarial.to_train(names, ["gar", "arr"], records) == [
+        "arr-seed0", "gar-seed1", "arr-seed1"]
