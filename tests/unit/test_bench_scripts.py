@@ -657,3 +657,33 @@ def test_the_adversarial_run_trains_the_chosen_arms_without_a_record(tmp_path, m
     assert bench_adversarial.to_train(names, ["gar"], records) == ["gar-seed1"]
     assert bench_adversarial.to_train(names, ["gar", "arr"], records) == [
         "arr-seed0", "gar-seed1", "arr-seed1"]
+
+
+def test_the_probe_study_takes_kinds_in_turn_and_counts_probes_per_kind(monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_rex_probes
+
+    from advrag.agents.types import ProbeOrigin, Trajectory
+    from advrag.datasets.records import QARecord
+
+    def record(i: int, kind: str, hops: int) -> QARecord:
+        return QARecord(f"q{i}", "?", ["Tarn"], {"type": kind, "hops": hops})
+
+    records = [record(0, "single", 1), record(1, "single", 1), record(2, "single", 1),
+               record(3, "compositional", 2), record(4, "comparison", 2)]
+    # single, two-hop, comparison in turn (no three-hop), then single again
+    assert [r.id for r in bench_rex_probes.balanced(records, 4)] == ["q0", "q3", "q4", "q1"]
+    assert len(bench_rex_probes.balanced(records, 9)) == 5  # the kinds ran out
+    # two policy trajectories (answered at turns 2 and 4 of 4), a probe of each
+    trajectories = [Trajectory(answer="Varhir", n_turns=2), Trajectory(answer="x", n_turns=4),
+                    Trajectory(answer="Tarn", n_searches=1, probe=ProbeOrigin(0, 3, 0)),
+                    Trajectory(answer="x", probe=ProbeOrigin(1, 3, 0))]
+    answered = [records[0], records[3], records[0], records[3]]
+    assert bench_rex_probes.turns_left(trajectories, 2, 4) == {"0": 1, "2": 1}
+    outcomes = bench_rex_probes.outcomes_by_kind(
+        trajectories, answered, 2, lambda answer, r: answer == r.golden_answers[0])
+    assert outcomes["single"] == {"probes": 1.0, "full_marks": 1.0, "probe_new_searches": 1.0,
+                                  "probe_same_answer": 0.0, "probe_unanswered": 0.0,
+                                  "probe_f1": 1.0, "probe_origin_f1": 0.0}
+    assert outcomes["two-hop"]["probe_same_answer"] == 1.0 and outcomes["all"]["probes"] == 2.0
+    assert "three-hop" not in outcomes
