@@ -488,6 +488,26 @@ def rex_vs_start_table(report: dict) -> Table:
                     for name, d in report["vs_own_start"].items()]
 
 
+def rex_probes_table(report: dict) -> Table:
+    """bench/learning/bench_rex_probes.py: what the probes of one probing rollout did, per
+    question kind (shares of the probes opened)."""
+    header = ["questions", "probes", "full marks", "searched again", "same answer",
+              "no answer", "probe F1", "its origin's F1"]
+    rows = [[kind, f"{o['probes']:.0f}", f"{o['full_marks']:.0f}",
+             *(f"{o[key]:.2f}" for key in ("probe_new_searches", "probe_same_answer",
+                                            "probe_unanswered", "probe_f1", "probe_origin_f1"))]
+            for kind, o in report["outcomes"].items()]
+    return header, rows
+
+
+def rex_probes_turns_table(report: dict) -> Table:
+    """The turns each probe had left when it was opened (of ``max_turns``)."""
+    total = sum(report["turns_left"].values())
+    return (["turns left", "probes", "share"],
+            [[turns, str(count), f"{count / total:.2f}"]
+             for turns, count in sorted(report["turns_left"].items(), key=lambda t: int(t[0]))])
+
+
 def ur2_summary_table(report: dict) -> Table:
     """bench/steps/bench_ur2_summary.py: one UR² update with LLM summaries and with raw documents,
     medians of the same rounds; what the summariser answered, summed over its updates."""
@@ -698,7 +718,8 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "ur2_run:paired": ur2_run_paired_table, "ur2_pooled": ur2_pooled_table,
     "ur2_pooled:by_group": ur2_pooled_by_group_table, "ur2_dev": ur2_dev_table,
     "ur2_curation": ur2_curation_table, "rex": rex_table, "rex:test": rex_test_table,
-    "rex:vs_start": rex_vs_start_table,
+    "rex:vs_start": rex_vs_start_table, "rex_probes": rex_probes_table,
+    "rex_probes:turns_left": rex_probes_turns_table,
     "ur2_summary": ur2_summary_table, "embed_memory": embed_memory_table,
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,

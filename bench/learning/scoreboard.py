@@ -5,10 +5,11 @@ start policy and against GRPO, from the per-question rows the records wrote.
 
 A record's rows (``bench/results/<record>_rows.jsonl``: one line per policy and question, with
 its F1 and, where the record kept it, the question's kind) are grouped by arm: a policy name
-``<arm>-seed<k>`` is seed k of an arm, seeds pooled. Each arm's F1 per kind is set against the
-record's start policy on the same questions (each seed's row paired with the start's) and,
-where the record trained GRPO, against GRPO's same seed: paired bootstrap 95 % intervals
-(``core.metrics.paired_bootstrap_diff_ci``, 2,000 resamples). ``RECORDS`` states what each
+``<arm>-seed<k>`` is seed k of an arm. Each arm's F1 per kind is set against the record's start
+policy on the same questions (each seed's row paired with the start's) and, where the record
+trained GRPO, against GRPO's same seed; each question's F1 is averaged over the arm's seeds, so
+``n`` counts questions and the paired bootstrap 95 % intervals
+(``core.metrics.paired_bootstrap_diff_ci``, 2,000 resamples) resample questions. ``RECORDS`` states what each
 record is: its page, world, budget and seeds, as the record's page gives them. Writes
 ``bench/results/scoreboard.json``; docs/scoreboard.md shows it.
 """
@@ -69,16 +70,17 @@ def load_rows(record: str) -> dict[str, dict[str, dict[str, dict]]]:
 
 def paired(a: dict[str, dict[str, dict]], b: dict[str, dict[str, dict]], kind: str | None
            ) -> tuple[list[float], list[float]]:
-    """F1 of arm ``a``'s rows and the rows of ``b`` on the same questions (``b``'s same seed,
-    else its only seed), seeds pooled; ``kind`` None: every question."""
-    mine, theirs = [], []
+    """Per question, F1 of arm ``a`` and of ``b`` (``b``'s same seed, else its only seed), each
+    averaged over ``a``'s seeds: one pair per question, so a bootstrap over the pairs resamples
+    questions, not question-seed rows that share a question. ``kind`` None: every question."""
+    pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for seed, questions in sorted(a.items()):
         other = b.get(seed) or next(iter(b.values()))
-        for qid, row in sorted(questions.items()):
+        for qid, row in questions.items():
             if qid in other and (kind is None or row.get("kind") == kind):
-                mine.append(row["f1"])
-                theirs.append(other[qid]["f1"])
-    return mine, theirs
+                pairs[qid].append((row["f1"], other[qid]["f1"]))
+    means = [[sum(values) / len(values) for values in zip(*pairs[qid])] for qid in sorted(pairs)]
+    return [m for m, _ in means], [t for _, t in means]
 
 
 def difference(a, b, kind: str | None) -> dict | None:

@@ -594,6 +594,7 @@ def test_the_gar_pipeline_test_pairs_trained_and_warmup_seed_means(monkeypatch):
 
 def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
         tmp_path, monkeypatch):
+    """Seeds averaged per question (hand-worked means below), so n counts questions."""
     on_path(monkeypatch, "learning")
     import scoreboard
 
@@ -606,18 +607,39 @@ def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
     monkeypatch.setattr(scoreboard, "RESULTS", tmp_path)
     rows = scoreboard.record_rows({"record": "toy", "start": "start", "grpo": "grpo"})
     by = {(r["arm"], r["kind"]): r for r in rows}
-    # grpo − start, seeds pooled: seed 0 [+1, 0], seed 1 [0, 0] → 1/4
+    # grpo − start, per question over seeds: q0 ½ − 0, q1 1 − 1 → 1/4
     assert by["grpo", "all"]["vs_start"]["diff"] == pytest.approx(0.25)
+    assert by["grpo", "all"]["n"] == 2
     assert by["grpo", "all"]["vs_grpo"] is None and by["start", "all"]["vs_start"] is None
-    # rex − grpo, each seed with grpo's same seed: seed 0 [0, −1], seed 1 [+1, 0] → 0
+    # rex − grpo, each seed with grpo's same seed: q0 1 − ½, q1 ½ − 1 → 0
     assert by["rex", "all"]["vs_grpo"]["diff"] == pytest.approx(0.0)
-    # on the two-hop question alone: rex [1, 1] − grpo [1, 0] → ½; rex − start [1, 1] → 1
+    # on the two-hop question alone: rex 1 − grpo ½ → ½; rex 1 − start 0 → 1
     assert by["rex", "two-hop"]["vs_grpo"]["diff"] == pytest.approx(0.5)
     assert by["rex", "two-hop"]["vs_start"]["diff"] == pytest.approx(1.0)
-    assert (by["rex", "two-hop"]["n"], by["rex", "all"]["seeds"]) == (2, ["0", "1"])
+    assert (by["rex", "two-hop"]["n"], by["rex", "all"]["seeds"]) == (1, ["0", "1"])
     assert ("rex", "comparison") not in by  # a kind without questions gets no row
     # a record whose first arm has not written its rows yet is left off
     assert scoreboard.written(({"record": "toy"}, {"record": "running"})) == [{"record": "toy"}]
+
+
+def test_a_second_seed_that_repeats_the_first_leaves_the_scoreboard_s_interval_as_it_was(
+        tmp_path, monkeypatch):
+    """The bootstrap resamples questions: a repeated seed adds no evidence, so its interval is
+    the one seed's (pooling question-seed rows as if independent would narrow it)."""
+    on_path(monkeypatch, "learning")
+    import scoreboard
+
+    start = [0.0, 1.0, 0.0, 0.5, 1.0, 0.0]
+    trained = [1.0, 1.0, 0.0, 1.0, 0.5, 1.0]
+    f1 = {"start": start, "once-seed0": trained, "twice-seed0": trained, "twice-seed1": trained}
+    (tmp_path / "toy_rows.jsonl").write_text("".join(
+        json.dumps({"policy": policy, "id": f"q{i}", "f1": value, "kind": "single"}) + "\n"
+        for policy, values in f1.items() for i, value in enumerate(values)))
+    monkeypatch.setattr(scoreboard, "RESULTS", tmp_path)
+    by = {(r["arm"], r["kind"]): r for r in
+          scoreboard.record_rows({"record": "toy", "start": "start", "grpo": None})}
+    assert by["twice", "all"]["vs_start"] == by["once", "all"]["vs_start"]
+    assert by["twice", "all"]["vs_start"]["n"] == 6
 
 
 def test_the_judge_s_auroc_intervals_resample_questions_and_skip_one_label_sources(

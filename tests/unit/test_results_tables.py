@@ -160,3 +160,16 @@ def test_a_partial_rex_record_lists_its_arms_against_their_starts_and_no_test_ye
                      "2026-12-04 10:00 UTC", "Xeon"]]
     _, [waiting] = tables.rex_test_table(report)
     assert waiting == ["not yet: arms still to run", "2", "rex-seed0, grpo-seed1"]
+
+
+def test_the_rex_probes_tables_give_outcomes_per_kind_and_the_turns_probes_had_left(
+        tables, tmp_path):
+    outcome = {"probes": 4.0, "full_marks": 1.0, "probe_new_searches": 0.5,
+               "probe_same_answer": 0.25, "probe_unanswered": 0.25, "probe_f1": 0.3,
+               "probe_origin_f1": 0.125}
+    (tmp_path / "rex_probes-toy.json").write_text(json.dumps(
+        {"outcomes": {"all": outcome}, "turns_left": {"1": 3, "0": 1}}))
+    outcomes = tables.render("rex_probes-toy.json", results=tmp_path).splitlines()
+    assert outcomes[2] == "| all | 4 | 1 | 0.50 | 0.25 | 0.25 | 0.30 | 0.12 |"
+    turns = tables.render("rex_probes-toy.json", "turns_left", results=tmp_path).splitlines()
+    assert turns[2:4] == ["| 0 | 1 | 0.25 |", "| 1 | 3 | 0.75 |"]  # 1 of 4, 3 of 4
