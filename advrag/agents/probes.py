@@ -3,7 +3,8 @@
 When a policy trajectory answers during the search loop and the answer scores below full
 marks, the ``Prober`` clones it with probability ``probe_prob``: the clone loses its answer
 (the ``<answer>`` action and whatever followed it in that turn), gets one prompt of the pool
-as a ``"probe"`` segment, and goes on with the turns the original had left (search allowed).
+as a ``"probe"`` segment, and goes on with the turns the original had left (search allowed),
+or with ``probe_turns`` turns of its own where the prober has them (beyond the paper).
 The original keeps its answer. At most one probe per policy trajectory, none from a probe;
 the loop never probes the forced last turn, and evaluation never passes a prober.
 
@@ -29,17 +30,22 @@ class Prober:
     """Decides which answered trajectories to probe and opens the probes.
 
     ``pool``: the exploration prompts (``prompts.exploration_pool``); ``below_full_marks``:
-    the rollout's judge of an answer; ``rng``: the draw of the trigger and of the prompt.
+    the rollout's judge of an answer; ``rng``: the draw of the trigger and of the prompt;
+    ``probe_turns``: the turns a probe gets (None: the turns its origin left).
     """
 
     def __init__(self, pool: Sequence[str], probe_prob: float, below_full_marks: BelowFullMarks,
-                 rng: random.Random):
+                 rng: random.Random, probe_turns: int | None = None):
         if not pool:
             raise ValueError("the exploration pool is empty: a probe needs a prompt to insert")
         if not 0.0 <= probe_prob <= 1.0:
             raise ValueError(f"probe_prob = {probe_prob!r} is not a probability in [0, 1]")
+        if probe_turns is not None and probe_turns < 1:
+            raise ValueError(f"probe_turns = {probe_turns!r}: give a probe at least one turn, "
+                             "or None for the turns its origin left")
         self.pool = list(pool)
         self.probe_prob = probe_prob
+        self.probe_turns = probe_turns
         self.below_full_marks = below_full_marks
         self.rng = rng
 
@@ -47,7 +53,12 @@ class Prober:
         """The same prober for a sub-batch whose item ``i`` is item ``items[i]`` here."""
         items = list(items)
         return Prober(self.pool, self.probe_prob,
-                      lambda i, answer: self.below_full_marks(items[i], answer), self.rng)
+                      lambda i, answer: self.below_full_marks(items[i], answer), self.rng,
+                      self.probe_turns)
+
+    def turns_for(self, origin_turns_left: int) -> int:
+        """The turns a probe gets when its origin had ``origin_turns_left`` left."""
+        return origin_turns_left if self.probe_turns is None else self.probe_turns
 
     def probe_answers(self, trajs: list[Trajectory], answered: Sequence[int]) -> list[int]:
         """Open probes from the policy trajectories in ``answered`` (they answered this turn);

@@ -27,8 +27,9 @@ reports it: ``budget_cuts``). Text a generator produces after the action is kept
 
 With a REX-RAG ``prober`` (training only), items that answered in one of the
 ``max_turns`` turns may be cloned into probes (``agents.probes``): they join the
-batch at the next turn and get the turns left, then the forced answer like any
-other item. Probes come back after the policy trajectories.
+batch at the next turn and get the turns left (or the prober's ``probe_turns``),
+then the forced answer like any other item. Probes come back after the policy
+trajectories.
 """
 
 from __future__ import annotations
@@ -155,15 +156,17 @@ def run_search_agent(
     trajs = [Trajectory() for _ in questions]
     for traj, question in zip(trajs, questions):
         traj.add(generator.chat_prompt(prompt(question)), "prompt")
+    turns_left = [max_turns] * len(trajs)
     with one_episode(generator):
-        for _ in range(max_turns):
-            active = [i for i, t in enumerate(trajs) if t.answer is None]
-            if not active:
-                break
+        while active := [i for i, t in enumerate(trajs) if t.answer is None and turns_left[i]]:
             queries = _agent_turn(trajs, active, generator, max_new_tokens)
             _retrieve_into(trajs, queries, retriever, topk, summariser, fallback_hint)
+            for i in active:
+                turns_left[i] -= 1
             if prober is not None:
-                prober.probe_answers(trajs, [i for i in active if trajs[i].answer is not None])
+                opened = prober.probe_answers(
+                    trajs, [i for i in active if trajs[i].answer is not None])
+                turns_left += [prober.turns_for(turns_left[trajs[j].probe.origin]) for j in opened]
         _force_answers(
             trajs, [i for i, t in enumerate(trajs) if t.answer is None], generator, max_new_tokens
         )

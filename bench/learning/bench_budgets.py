@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shar
 from reporting import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ("train.yaml", "rex-rag.yaml", "gar.yaml", "gar-demo.yaml", "ur2.yaml", "arr.yaml")
+CONFIGS = ("train.yaml", "rex-rag.yaml", "rex-rag-probe-turns.yaml", "gar.yaml", "gar-demo.yaml",
+           "ur2.yaml", "arr.yaml")
 
 
 class TitleRetriever:

@@ -15,7 +15,7 @@ from fakes import CORPUS, KeywordRetriever, ScriptedGenerator
 from gar_fakes import RECORDS, CyclingGenerator, one_update
 
 from advrag.agents.prompts import exploration_pool
-from advrag.config import load_config
+from advrag.config import ConfigError, load_config
 from advrag.datasets.records import QARecord
 from advrag.recipes.arr import ArrConfig, ArrRecipe
 from advrag.recipes.base import batch_for_step
@@ -108,6 +108,17 @@ def test_a_probing_episode_is_one_generation_longer():
     plain_shape, probing_shape = (GarRecipe(gar(e)).episode_shape(4) for e in (None, rex()))
     assert probing_shape.generations == plain_shape.generations + 1
     assert len(probing_shape.extra_env) == len(plain_shape.extra_env) + 1
+    # 2 turns of its own after an answer in turn k ≤ 4 (k − 1 searches): k + 2 + 1 ≤ 7
+    # generations (the plain 5 + 2), k − 1 + 2 ≤ 5 searches (the plain 4 + 1)
+    own = GarRecipe(gar(rex(probe_turns=2))).episode_shape(4)
+    assert (own.generations, own.searches) == (plain_shape.generations + 2,
+                                               plain_shape.searches + 1)
+
+
+def test_arr_refuses_probe_turns_its_dialogue_probes_do_not_have():
+    with pytest.raises(ConfigError, match="probe_turns is for the Search-R1 loop"):
+        load_config(GAR.with_name("arr.yaml"), ArrConfig,
+                    overrides={"exploration": rex(probe_turns=2)})
 
 
 def test_the_composed_step_filters_and_corrects_on_the_real_trainer(tiny_policy_dir):

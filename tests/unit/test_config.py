@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"demo.yaml": DemoConfig, "train.yaml": GrpoConfig, "arr.yaml": ArrConfig,
            **dict.fromkeys(["rex-rag.yaml", "rex-rag-coarse.yaml", "rex-rag-no-is.yaml",
                             "rex-rag-no-filter.yaml", "rex-rag-no-is-no-filter.yaml",
-                            "rex-rag-pool5.yaml", "rex-rag-pool15.yaml"], GrpoConfig),
+                            "rex-rag-pool5.yaml", "rex-rag-pool15.yaml",
+                            "rex-rag-probe-turns.yaml"], GrpoConfig),
            "arr-no-adv.yaml": ArrConfig, "arr-no-proc.yaml": ArrConfig, "arr-rex.yaml": ArrConfig,
            **dict.fromkeys(["ur2.yaml", "ur2-no-stage1.yaml", "ur2-no-fallback-penalty.yaml",
                             "ur2-no-curation.yaml", "ur2-no-mixing.yaml", "ur2-raw-docs.yaml",
@@ -252,6 +253,17 @@ def test_rex_rag_ablations_change_their_exploration_setting_and_names_only(name)
         "exploration", "checkpoint_dir", "registered_model"}
     changed = {k: v for k, v in ablation["exploration"].items() if base["exploration"][k] != v}
     assert changed == REX_ABLATIONS[name]
+
+
+def test_rex_rag_with_probe_turns_changes_the_probes_turns_and_budgets_only():
+    base = load_config(ROOT / "configs/rex-rag.yaml", GrpoConfig).model_dump()
+    own = load_config(ROOT / "configs/rex-rag-probe-turns.yaml", GrpoConfig).model_dump()
+    assert {k for k in base if base[k] != own[k]} == {
+        "exploration", "optim", "warmup", "checkpoint_dir", "registered_model"}
+    assert {k for k in base["exploration"] if base["exploration"][k] != own["exploration"][k]} \
+        == {"probe_turns"}
+    assert {k for k in base["optim"] if base["optim"][k] != own["optim"][k]} == {"max_seq_len"}
+    assert own["exploration"]["probe_turns"] == 2 and base["exploration"]["probe_turns"] is None
 
 
 def test_rex_rag_is_the_papers_setting_and_a_typo_in_exploration_is_named():

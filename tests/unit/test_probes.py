@@ -97,6 +97,36 @@ def test_a_probe_from_the_last_regular_turn_gets_the_forced_answer_only():
     assert probe.segments[-2].text == FORCE_ANSWER_HINT
 
 
+def _late_guesser() -> ScriptedGenerator:
+    """Searches the wrong page, guesses wrong in the last regular turn (of 2); after the doubt
+    prompt it searches Hamlet's page, and answers right once it has read it."""
+    return ScriptedGenerator({
+        "Doc 1(Title: Hamlet)": "<answer>William Shakespeare</answer>",
+        DOUBT: "<search>Hamlet author</search>",
+        "Doc 1(Title: Everest)": "<answer>Marlowe</answer>",
+        f"Question: {HAMLET}": "<search>Everest</search>"})
+
+
+@pytest.mark.parametrize("probe_turns, answer, turns, searches", [
+    (None, None, 3, 1),  # the origin's turns: none left, only the forced answer (it searches)
+    (1, "William Shakespeare", 4, 2),  # one search of its own, then the forced answer
+    (2, "William Shakespeare", 4, 2),  # search, answer: its second turn is not needed
+])
+def test_probe_turns_give_a_late_probe_turns_of_its_own(probe_turns, answer, turns, searches):
+    prober = Prober([DOUBT], 1.0, lambda i, a: a != "William Shakespeare", random.Random(0),
+                    probe_turns)
+    policy, probe = run_search_agent([HAMLET], _late_guesser(), KeywordRetriever(CORPUS),
+                                     max_turns=2, prober=prober)
+    assert (policy.answer, policy.n_turns) == ("Marlowe", 2)
+    assert (probe.answer, probe.n_turns, probe.n_searches) == (answer, turns, searches)
+    assert (FORCE_ANSWER_HINT in probe.text) == (probe_turns != 2)
+
+
+def test_a_probe_needs_a_turn_when_it_is_given_its_own():
+    with pytest.raises(ValueError, match="at least one turn"):
+        Prober([DOUBT], 1.0, lambda i, a: True, random.Random(0), probe_turns=0)
+
+
 def test_mixed_agent_maps_probes_back_to_its_questions():
     generator = _guessing_generator()
     trajs = run_mixed_agent([FRANCE, HAMLET], [False, True], generator, KeywordRetriever(CORPUS),

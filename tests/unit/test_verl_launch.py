@@ -139,6 +139,13 @@ def test_rex_rag_runs_its_agent_loop_and_trainer(tmp_path, small_world_dir):
     assert launch.shown(hydra_overrides).startswith(f"VERL_USE_EXTERNAL_MODULES={modules} ")
 
 
+def test_the_verl_runs_refuse_probe_turns_their_agent_loop_does_not_have(small_world_dir):
+    rex = recipe_for(ROOT / "configs" / "rex-rag.yaml", {
+        "world_dir": str(small_world_dir), "exploration": {"kind": "rex", "probe_turns": 2}})
+    with pytest.raises(ValueError, match="probe_turns is not in the verl agent loop"):
+        rex.verl_runs()
+
+
 def test_ur2_with_rex_rag_probes_scores_with_ur2s_reward(tmp_path, small_world_dir):
     """A UR² stage with exploration: its searching rows name REX-RAG's loop, which scores
     with the stage's UR² reward; a direct row keeps the direct loop (never probed)."""

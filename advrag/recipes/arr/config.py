@@ -95,6 +95,14 @@ class ArrConfig(RLRunConfig):
         return scores
 
     @model_validator(mode="after")
+    def _probes_fit(self) -> ArrConfig:
+        """A dialogue's probes get the turns their origin left; refuse asking for more."""
+        if self.exploration is not None and self.exploration.probe_turns is not None:
+            raise ValueError("exploration.probe_turns is for the Search-R1 loop; ARR's dialogue "
+                             "probes get the turns their origin left — remove probe_turns")
+        return self
+
+    @model_validator(mode="after")
     def _policies_fit(self) -> ArrConfig:
         """Reject policy layouts the flow cannot run, naming the fix."""
         if self.policies == "shared_lora" and self.lora is None:

@@ -27,6 +27,11 @@ class RexExploration(Strict):
                                      "accuracy in the keep ratio's exponential average.")
     trajectory_filter: bool = Field(True, description="Keep only the probes whose inserted "
                                     "prompt the policy finds most likely (else all).")
+    probe_turns: int | None = Field(
+        None, ge=1, le=8, description="Turns a probe gets after its exploration prompt, then the "
+        "forced answer (beyond the paper); null: the turns its origin left of max_turns, as in "
+        "the paper and its authors' code. Search-R1 loop only (GRPO, UR², GAR on the local "
+        "engine).")
     correction: Literal["fine", "coarse", "none"] = Field(
         "fine", description="The behaviour policy of probe tokens: the pool's own next-token "
         "distribution ('fine'), 1/|pool| then 1 ('coarse'), or no correction ('none').")

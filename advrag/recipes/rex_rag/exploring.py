@@ -20,13 +20,20 @@ class ExplorationState:
 
 
 def probing_shape(shape: EpisodeShape, exploration: RexExploration | None) -> EpisodeShape:
-    """``shape`` with REX-RAG's probes: one generation more (a probe goes on from its cut
-    answer turn) and the longest exploration prompt it inserts; unchanged without them."""
+    """``shape`` (the Search-R1 loop's: ``max_turns + 1`` generations, ``max_turns`` searches)
+    with REX-RAG's probes and the longest exploration prompt they insert; unchanged without
+    them. A probe of the origin's turns: one generation more (it goes on from its cut answer
+    turn). With ``probe_turns`` N: the origin answered in its turn k ≤ ``max_turns`` after
+    k − 1 searches, then N turns and the forced answer, so N generations and N − 1 searches
+    more."""
     if exploration is None:
         return shape
-    longest = max(exploration_pool(exploration.pool_size), key=len)
-    return EpisodeShape(shape.generations + 1, shape.searches,
-                        (*shape.extra_env, probe_observation(longest)))
+    extra_env = (*shape.extra_env, probe_observation(max(exploration_pool(exploration.pool_size),
+                                                         key=len)))
+    if exploration.probe_turns is None:
+        return EpisodeShape(shape.generations + 1, shape.searches, extra_env)
+    own = exploration.probe_turns
+    return EpisodeShape(shape.generations + own, shape.searches + own - 1, extra_env)
 
 
 class Exploring:

@@ -101,7 +101,7 @@ def probe_rollout(trainer: LocalTrainer, generator: TextGenerator, retriever: Re
     repeated = [record for record in records for _ in range(group_size)]
     prober = Prober(exploration_pool(exploration.pool_size), exploration.probe_prob,
                     lambda i, answer: not full_marks(answer, repeated[i]),
-                    random.Random(f"rex:{seed}:{trainer.step}"))
+                    random.Random(f"rex:{seed}:{trainer.step}"), exploration.probe_turns)
     trajectories = rollout_with_probes(repeated, prober, generator, retriever, settings, agent)
     answered = repeated + [repeated[t.probe.origin] for t in trajectories[len(repeated):]]
     return ProbedRollout(trajectories, answered, len(repeated), prober)

@@ -27,6 +27,9 @@ def verl_exploration(exploration: RexExploration | None, reward: tuple[str, Mapp
     and REX-RAG's trainer with its typed section."""
     if exploration is None:
         return {}
+    if exploration.probe_turns is not None:
+        raise ValueError("exploration.probe_turns is not in the verl agent loop (its probes get "
+                         "the turns their origin left) — remove it, or train on the local engine")
     name, settings = reward
     loop = AgentLoop(REX_AGENT_NAME, REX_AGENT_LOOP, {
         "probe_prob": exploration.probe_prob, "pool_size": exploration.pool_size,
