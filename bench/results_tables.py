@@ -501,9 +501,9 @@ def rex_probes_table(report: dict) -> Table:
 
 
 def rex_probes_turns_table(report: dict) -> Table:
-    """The turns each probe had left when it was opened (of ``max_turns``)."""
+    """The turns each probe got before its forced answer (its origin's left, or its own)."""
     total = sum(report["turns_left"].values())
-    return (["turns left", "probes", "share"],
+    return (["turns before the forced answer", "probes", "share"],
             [[turns, str(count), f"{count / total:.2f}"]
              for turns, count in sorted(report["turns_left"].items(), key=lambda t: int(t[0]))])
 

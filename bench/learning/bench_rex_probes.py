@@ -66,11 +66,12 @@ def outcomes_by_kind(trajectories, answered, n: int, full_marks) -> dict[str, di
     return out
 
 
-def turns_left(trajectories, n: int, max_turns: int) -> dict[str, int]:
-    """How many probes had each number of turns left before the forced answer (its origin
-    answered at turn ``n_turns``)."""
+def turns_left(trajectories, n: int, max_turns: int, prober) -> dict[str, int]:
+    """How many probes got each number of turns before the forced answer: the turns their
+    origin left (it answered at turn ``n_turns``), or the prober's ``probe_turns``."""
     return {str(k): v for k, v in sorted(Counter(
-        max_turns - trajectories[t.probe.origin].n_turns for t in trajectories[n:]).items())}
+        prober.turns_for(max_turns - trajectories[t.probe.origin].n_turns)
+        for t in trajectories[n:]).items())}
 
 
 def shown_probe(trajectories, answered, n: int, tokenizer, max_len: int) -> dict | None:
@@ -133,7 +134,7 @@ def main() -> None:
         "policy_full_marks": sum(recipe.full_marks(x.answer, r)
                                  for x, r in zip(t[:n], answered[:n])) / n,
         "outcomes": outcomes_by_kind(t, answered, n, recipe.full_marks),
-        "turns_left": turns_left(t, n, config.max_turns),
+        "turns_left": turns_left(t, n, config.max_turns, probed.prober),
         "shown_probe": shown_probe(t, answered, n, trainer.tokenizer, config.optim.max_seq_len)})
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -685,6 +686,7 @@ def test_the_probe_study_takes_kinds_in_turn_and_counts_probes_per_kind(monkeypa
     on_path(monkeypatch, "learning")
     import bench_rex_probes
 
+    from advrag.agents.probes import Prober
     from advrag.agents.types import ProbeOrigin, Trajectory
     from advrag.datasets.records import QARecord
 
@@ -701,7 +703,10 @@ def test_the_probe_study_takes_kinds_in_turn_and_counts_probes_per_kind(monkeypa
                     Trajectory(answer="Tarn", n_searches=1, probe=ProbeOrigin(0, 3, 0)),
                     Trajectory(answer="x", probe=ProbeOrigin(1, 3, 0))]
     answered = [records[0], records[3], records[0], records[3]]
-    assert bench_rex_probes.turns_left(trajectories, 2, 4) == {"0": 1, "2": 1}
+    origins = Prober(["?"], 1.0, lambda i, a: True, random.Random(0))
+    assert bench_rex_probes.turns_left(trajectories, 2, 4, origins) == {"0": 1, "2": 1}
+    own = Prober(["?"], 1.0, lambda i, a: True, random.Random(0), probe_turns=2)
+    assert bench_rex_probes.turns_left(trajectories, 2, 4, own) == {"2": 2}
     outcomes = bench_rex_probes.outcomes_by_kind(
         trajectories, answered, 2, lambda answer, r: answer == r.golden_answers[0])
     assert outcomes["single"] == {"probes": 1.0, "full_marks": 1.0, "probe_new_searches": 1.0,
