@@ -271,6 +271,11 @@ def test_arr_probes_reopen_wrong_dialogues_and_the_filter_keeps_one(tiny_policy_
     # both probes counted for the question's kind (a record without a type), kept or not
     assert metrics["rex/probes_opened/untyped"] == metrics["rex/probes_correct/untyped"] == 2.0
     assert metrics["rex/ratio_policy"] == pytest.approx(1.5, rel=1e-5)
+    # what the probes did: each reopened a "Marlowe" (F1 0), searched once after the prompt
+    # (the script's ARR_SEARCH) and answered right (F1 1)
+    assert (metrics["rex/probe_f1"], metrics["rex/probe_origin_f1"]) == (1.0, 0.0)
+    assert metrics["rex/probe_same_answer"] == metrics["rex/probe_unanswered"] == 0.0
+    assert metrics["rex/probe_new_searches"] == 1.0
     assert metrics["reasoner/em"] == 0.0  # the policy's dialogues: probes are not counted
     assert recipe.trainers["reasoner"].step == 1 and recipe.trainers["verifier"].step == 1
     assert recipe.run_state() == {"keep_ratio": 0.5}  # probe accuracy 1, capped at 0.5

@@ -81,7 +81,7 @@ from advrag.engines.local.tokenize import Batch
 from advrag.engines.local.trainer import LocalTrainer, push_updated_weights
 from advrag.recipes.arr.config import ArrConfig
 from advrag.recipes.rex_rag.exploring import ExplorationState
-from advrag.recipes.rex_rag.step import explored, filtered_and_corrected
+from advrag.recipes.rex_rag.step import explored, filtered_and_corrected, probe_outcomes
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,7 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         [split_actions(d.reasoner, config.monitored_actions) for d in dialogues]))
     rows, correction, correct = list(range(n)), None, [s.f1_reasoner >= 1.0 for s in scores]
     answered = repeated  # every dialogue's record, probes included, before the filter
+    reasoners = [d.reasoner for d in dialogues]  # likewise
     if prober is not None:
         rows, correction = filtered_and_corrected(
             trainers["reasoner"], [s.trajectory for s in r_splits], n, prober.pool, correct,
@@ -284,7 +285,7 @@ def arr_step(trainers: Mapping[str, LocalTrainer], generators: Mapping[str, Text
         [r.id for r in repeated], correction))
     explored_metrics = ({} if prober is None else  # after the update: the correction's ratios
                         explored(exploration, correct, answered, n, rows, correction,
-                                 config.exploration))
+                                 config.exploration) | probe_outcomes(reasoners, answered, n))
     (per_turn, r_truncated), r_entropy_s = _timed(lambda: reasoner_entropies(
         r_update.batch, r_update.entropy, r_splits, config.monitored_actions))
     (impact_values, patterns), r_impact_s = _timed(lambda: impacts(
