@@ -7,6 +7,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,7 +78,11 @@ def child_json(command: list[str], env: dict[str, str] | None = None, cwd: Path 
     """Run ``command`` (a benchmark re-running itself for one mode, in a fresh process so modes
     share no allocator, thread pool or compiled graph; in ``cwd`` when given) and return the last
     JSON object or list it printed on a line of its own; its other output (library logs) is
-    passed over."""
-    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env,
-                         cwd=cwd).stdout
-    return json.loads([line for line in out.splitlines() if line.startswith(("{", "["))][-1])
+    passed over. Its output goes to a file, not a pipe: a server the child started (Prefect's)
+    holds the child's stdout open, so with a pipe a child killed (out of memory) would leave
+    this waiting for an end of file that never comes, instead of raising."""
+    with tempfile.TemporaryFile("w+") as out:
+        subprocess.run(command, check=True, stdout=out, text=True, env=env, cwd=cwd)
+        out.seek(0)
+        lines = out.read().splitlines()
+    return json.loads([line for line in lines if line.startswith(("{", "["))][-1])

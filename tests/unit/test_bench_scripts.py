@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -188,6 +190,24 @@ def test_a_childs_result_is_its_last_json_line(monkeypatch):
               "print('done')")
     assert child_json([sys.executable, "-c", script]) == [1, 2]
     assert child_json([sys.executable, "-c", "print('x'); print('{\"n\": 3}')"]) == {"n": 3}
+
+
+def test_a_killed_child_raises_while_a_server_it_started_still_holds_its_output(
+        monkeypatch, tmp_path):
+    """The child starts a grandchild that keeps the child's stdout open for 30 s (as Prefect's
+    server does), then is killed: child_json raises before the grandchild has ended."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from reporting import child_json
+
+    ended = tmp_path / "grandchild-ended"
+    grandchild = f"import time; time.sleep(30); open({str(ended)!r}, 'w').close()"
+    script = ("import os, signal, subprocess, sys; "
+              f"subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
+              "os.kill(os.getpid(), signal.SIGKILL)")
+    with pytest.raises(subprocess.CalledProcessError) as killed:
+        child_json([sys.executable, "-c", script])
+    assert not ended.exists()  # it did not wait for the grandchild to let go of the output
+    assert killed.value.returncode == -signal.SIGKILL
 
 
 def kinded_rows(f1s, searches=(1, 1, 1, 1)):
