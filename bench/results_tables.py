@@ -611,14 +611,16 @@ def gar_rewards_table(report: dict) -> Table:
 
 
 def scoreboard_table(report: dict) -> Table:
-    """Each record's arms per question kind: F1, and its paired differences with intervals."""
+    """Each record's arms per question kind: F1, and its paired differences with intervals (the
+    gains' difference only where a record's arms began from different starts)."""
     def versus(d: dict | None) -> str:
         return "—" if d is None else interval(d["diff"], d["ci"], signed=True)
 
     header = ["record", "arm", "seeds", "kind", "rows", "F1", "− start [95% CI]",
-              "− GRPO [95% CI]"]
+              "− GRPO [95% CI]", "gain − GRPO's gain [95% CI]"]
     return header, [[r["record"], r["arm"], ", ".join(r["seeds"]) or "—", r["kind"], str(r["n"]),
-                     f"{r['f1']:.3f}", versus(r["vs_start"]), versus(r["vs_grpo"])]
+                     f"{r['f1']:.3f}", versus(r["vs_start"]), versus(r["vs_grpo"]),
+                     versus(r.get("gain_vs_grpo"))]
                     for r in report["rows"]]
 
 

@@ -219,7 +219,9 @@ def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
     """The declared comparisons, per question on seed means: rex − grpo over the multi-hop
     questions (and over all, for context); each arm − its own start on the chained questions
     (F1, searches) and on the multi-hop ones (searches). ``starts[name]`` is arm ``name``'s
-    start's rows."""
+    start's rows. Beside them, for arms from starts rebuilt on different CPUs, rex's gain over
+    its own starts against grpo's on the multi-hop questions (the same as rex − grpo where
+    every arm began from one start)."""
     kinds = [r["kind"] for r in rows[f"grpo-seed{seeds[0]}"]]
     multi = [i for i, kind in enumerate(kinds) if kind in MULTI_HOP]
     chained = [i for i, kind in enumerate(kinds) if kind in CHAINED]
@@ -230,10 +232,14 @@ def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
     def pick(values: list[float], where: list[int]) -> list[float]:
         return [values[i] for i in where]
 
+    def gain(name: str) -> list[float]:
+        return [a - b for a, b in zip(mean(name, "f1"), mean(name, "f1", own_start=True))]
+
     out = {"multi_hop_questions": len(multi), "chained_questions": len(chained),
            "rex-grpo_f1_multi_hop": paired(pick(mean("rex", "f1"), multi),
                                            pick(mean("grpo", "f1"), multi)),
            "rex-grpo_f1_all": paired(mean("rex", "f1"), mean("grpo", "f1")),
+           "rex-grpo_gain_f1_multi_hop": paired(pick(gain("rex"), multi), pick(gain("grpo"), multi)),
            "per_seed_rex-grpo_f1_multi_hop": {
                str(s): paired(pick([r["f1"] for r in rows[f"rex-seed{s}"]], multi),
                               pick([r["f1"] for r in rows[f"grpo-seed{s}"]], multi))

@@ -10,7 +10,13 @@ policy on the same questions (each seed's row paired with the start's) and, wher
 trained GRPO, against GRPO's same seed; each question's F1 is averaged over the arm's seeds, so
 ``n`` counts questions and the paired bootstrap 95 % intervals
 (``core.metrics.paired_bootstrap_diff_ci``, 2,000 resamples) resample questions. ``RECORDS`` states what each
-record is: its page, world, budget and seeds, as the record's page gives them. Writes
+record is: its page, world, budget and seeds, as the record's page gives them.
+
+A record whose arms began from starts of different weights (rows ``start-<digest>``, rebuilt on
+different kinds of CPU; the record's ``start_digests`` says which arm began where) pairs each
+seed with its own start, shows each start as its own row, and adds beside "− GRPO" the
+difference of the gains (each seed's F1 minus its own start's, against GRPO's same seed's
+gain): the raw difference also holds the starts' difference. Writes
 ``bench/results/scoreboard.json``; docs/scoreboard.md shows it.
 """
 
@@ -92,21 +98,52 @@ def difference(a, b, kind: str | None) -> dict | None:
     return {"diff": diff, "ci": [lo, hi], "n": len(mine)}
 
 
+def own_starts(spec: dict, rows: dict) -> dict[str, dict[str, dict]] | None:
+    """arm → seed → the rows of the start that seed began from, where a record's arms began
+    from starts of different digests (rows ``start-<digest>``; the record's ``start_digests``);
+    None where they share the one start."""
+    if spec["start"] in rows:
+        return None
+    digests = json.loads((RESULTS / f"{spec['record']}.json").read_text())["start_digests"]
+    starts: dict = defaultdict(dict)
+    for name, digest in digests.items():
+        arm, seed = arm_and_seed(name)
+        starts[arm][seed] = rows[f"{spec['start']}-{digest}"][""]
+    return starts
+
+
+def gains(seeds: dict[str, dict[str, dict]], starts: dict[str, dict]) -> dict[str, dict]:
+    """seed → question id → row whose F1 is the seed's F1 minus its own start's."""
+    return {seed: {qid: row | {"f1": row["f1"] - starts[seed][qid]["f1"]}
+                   for qid, row in questions.items() if qid in starts[seed]}
+            for seed, questions in seeds.items()}
+
+
+def is_start(spec: dict, arm: str) -> bool:
+    """Whether ``arm`` is the record's start (``start``) or one of its starts (``start-<digest>``)."""
+    return arm == spec["start"] or arm.startswith(f"{spec['start']}-")
+
+
 def record_rows(spec: dict) -> list[dict]:
     """One scoreboard row per (arm, kind) of a record, the start's own rows first."""
     rows = load_rows(spec["record"])
-    start, grpo = rows[spec["start"]], rows.get(spec["grpo"]) if spec["grpo"] else None
+    grpo = rows.get(spec["grpo"]) if spec["grpo"] else None
+    starts = own_starts(spec, rows)
     out = []
     for arm, seeds in rows.items():
+        start = None if is_start(spec, arm) else (starts[arm] if starts else rows[spec["start"]])
+        versus_grpo = grpo is not None and start is not None and arm != spec["grpo"]
         for kind in (None, *KINDS):
             mine, _ = paired(seeds, seeds, kind)
             if not mine:
                 continue
             out.append({"record": spec["record"], "arm": arm, "seeds": sorted(seeds),
                         "kind": kind or "all", "n": len(mine), "f1": sum(mine) / len(mine),
-                        "vs_start": None if arm == spec["start"] else difference(seeds, start, kind),
-                        "vs_grpo": None if grpo is None or arm in (spec["grpo"], spec["start"])
-                        else difference(seeds, grpo, kind)})
+                        "vs_start": None if start is None else difference(seeds, start, kind),
+                        "vs_grpo": difference(seeds, grpo, kind) if versus_grpo else None,
+                        "gain_vs_grpo": difference(gains(seeds, start),
+                                                   gains(grpo, starts[spec["grpo"]]), kind)
+                        if versus_grpo and starts else None})
     return out
 
 

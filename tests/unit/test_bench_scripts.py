@@ -235,6 +235,9 @@ def test_the_rex_rag_test_pairs_seed_means_each_arm_with_its_own_start(monkeypat
     assert test["rex-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
     assert test["rex-grpo_f1_all"]["diff"] == pytest.approx((5 / 12 * 3 - 1) / 4)
     assert test["per_seed_rex-grpo_f1_multi_hop"]["1"]["diff"] == pytest.approx((0.0 + 0.0 + 1.0) / 3)
+    # gains on the multi-hop questions: rex [½, ½, ½] − its start [0, 0, 0]; grpo [0, ¼, 0] −
+    # its starts' mean [0, ¼, 0] → ½ − 0
+    assert test["rex-grpo_gain_f1_multi_hop"]["diff"] == pytest.approx(0.5)
     # chained (two-, three-hop): grpo [0, ¼] against its own starts' mean [0, ¼] → 0
     assert test["grpo-start_f1_chained"]["diff"] == pytest.approx(0.0)
     assert test["rex-start_f1_chained"]["diff"] == pytest.approx(0.5)
@@ -641,6 +644,35 @@ def test_the_scoreboard_pairs_each_seed_with_the_start_and_with_grpos_same_seed(
     assert ("rex", "comparison") not in by  # a kind without questions gets no row
     # a record whose first arm has not written its rows yet is left off
     assert scoreboard.written(({"record": "toy"}, {"record": "running"})) == [{"record": "toy"}]
+
+
+def test_arms_from_starts_of_different_digests_pair_each_seed_with_its_own_start(
+        tmp_path, monkeypatch):
+    """Two starts (rebuilt on two kinds of CPU): each seed against the start it began from, each
+    start a row of its own, and the gains' difference beside the raw one (hand-worked below)."""
+    on_path(monkeypatch, "learning")
+    import scoreboard
+
+    f1 = {"start-aa": [0.0, 1.0], "start-bb": [1.0, 1.0], "grpo-seed0": [1.0, 1.0],
+          "rex-seed0": [0.5, 1.0], "rex-seed1": [1.0, 0.0]}
+    (tmp_path / "toy_rows.jsonl").write_text("".join(
+        json.dumps({"policy": policy, "id": f"q{i}", "f1": value, "kind": "two-hop"}) + "\n"
+        for policy, values in f1.items() for i, value in enumerate(values)))
+    (tmp_path / "toy.json").write_text(json.dumps({"start_digests": {
+        "grpo-seed0": "aa", "rex-seed0": "aa", "rex-seed1": "bb"}}))
+    monkeypatch.setattr(scoreboard, "RESULTS", tmp_path)
+    by = {r["arm"]: r for r in scoreboard.record_rows(
+        {"record": "toy", "start": "start", "grpo": "grpo"}) if r["kind"] == "all"}
+    assert by["start-aa"]["vs_start"] is None and by["start-bb"]["vs_grpo"] is None
+    # rex − own start per question over seeds: q0 (½ − 0 + 1 − 1)/2 = ¼, q1 (0 + −1)/2 = −½
+    assert by["rex"]["vs_start"]["diff"] == pytest.approx((0.25 - 0.5) / 2)
+    # grpo began at aa: q0 +1, q1 0 → ½
+    assert by["grpo"]["vs_start"]["diff"] == pytest.approx(0.5)
+    # rex − grpo raw (grpo's only seed for both): q0 ¾ − 1, q1 ½ − 1 → −⅜
+    assert by["rex"]["vs_grpo"]["diff"] == pytest.approx(-0.375)
+    # gains: rex's per question (¼, −½) − grpo's (1, 0) → (−¾ − ½)/2
+    assert by["rex"]["gain_vs_grpo"]["diff"] == pytest.approx(-0.625)
+    assert by["grpo"]["gain_vs_grpo"] is None
 
 
 def test_a_second_seed_that_repeats_the_first_leaves_the_scoreboard_s_interval_as_it_was(
