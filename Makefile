@@ -158,11 +158,13 @@ chaining-start: install
 
 # The RL protocol from the chaining start (docs/chaining-experiments.md): the start scored once per
 # digest of its weights, then the next arm without a committed record
-# (bench/results/rex-rag-chaining/), about 1.3 h an arm on two cores; rerun each session.
+# (bench/results/rex-rag-chaining/): GRPO and REX-RAG for each seed, then UR² (seed 0, its curation
+# first), about 1.3 h an arm on two cores; rerun each session.
 .PHONY: bench-rl-chaining
 bench-rl-chaining: chaining-start vllm
 	$(PY) bench/learning/bench_rex_rag.py --config configs/rex-rag.yaml --seeds 0 1 2 --steps 48 \
 	  --questions-per-step 4 --heldout 100 --start .cache/advrag/chaining/full-3hop/rs4 \
+	  --ur2-config configs/ur2-raw-docs.yaml \
 	  --out bench/results/rex-rag-chaining.json --cache-dir .cache/advrag/bench-rex-rag-chaining
 	$(PY) bench/learning/scoreboard.py
 

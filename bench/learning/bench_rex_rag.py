@@ -2,7 +2,7 @@
 
     python bench/learning/bench_rex_rag.py [--config configs/rex-rag.yaml] [--seeds 0 1 2] \
         [--steps 24] [--questions-per-step 2] [--heldout 100] [--start MODEL_DIR] \
-        [--records DIR]
+        [--records DIR] [--ur2-config configs/ur2-raw-docs.yaml]
 
 The protocol (declared in docs/rex-rag-experiments.md before any run):
 
@@ -21,6 +21,12 @@ The protocol (declared in docs/rex-rag-experiments.md before any run):
    bootstrap interval of rex − grpo over the multi-hop questions (two-hop, three-hop,
    comparison); of each arm − its start on the chained questions (F1, searches) and of
    searches per multi-hop question. Each arm is paired with the start it trained from.
+5. **UR²** (with ``--ur2-config``, which needs ``--start``): one more arm, ``ur2`` of the first
+   seed, after the others: that config's recipe (curation with the start, stage 1, stage 2,
+   REINFORCE++) at the same budget from the same start, scored as the others. Its curation's
+   rollouts are not counted in the budget; its record keeps their signal and the seconds they
+   took (``wall_s`` − ``train_s``). The test adds ur2 − its start and ur2 − grpo (seed means,
+   and gain against gain) once it has run.
 
 Each arm trains in a child process, which scores it (and, once, the start it trained from) on
 the held-out questions and writes its committed record ``<records>/<arm>-seed<k>.json``
@@ -46,11 +52,12 @@ from advrag.core.metrics import bootstrap_ci, paired_bootstrap_diff_ci
 from advrag.datasets.records import question_kind
 from advrag.evaluation.scoring import hop_rates
 from advrag.recipes.grpo import GrpoConfig
+from advrag.recipes.ur2 import UR2Config
 from advrag.tasks import tracking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: its shared modules
 from arm_records import ArmRecords, model_digest
-from bench_ur2 import ROW_KEYS, write_rows
+from bench_ur2 import ROW_KEYS, curation_signal, write_rows
 from bench_ur2 import evaluate as search_r1_rows
 from inputs import offline_world
 from reporting import child_json, cpu_description, write_report
@@ -59,6 +66,11 @@ MULTI_HOP = ("two-hop", "three-hop", "comparison")
 CHAINED = ("two-hop", "three-hop")
 ARMS = ("grpo", "rex")
 """Trained in this order for each seed: GRPO is also the adversarial protocol's baseline."""
+UR2_ARM = "ur2"
+"""Trained once, for the first seed, after every seed of ``ARMS`` (``--ur2-config``)."""
+SAME_SETTINGS = ("world_dir", "index_dir", "topk", "max_turns", "max_new_tokens",
+                 "group_size")
+"""What the UR² config must share with ``--config``: the arms differ only in their recipe."""
 RECORD_KEYS = (*ROW_KEYS, "cut_turns", "kind")
 BEHAVIOUR_KEYS = ("queries", "retrieved_ids", "hops_retrieved", "chained")
 """What a record keeps besides the scores, where a row has it (a world question's hops):
@@ -66,6 +78,9 @@ the searches' queries and passage ids, which gold hops came back, which queries 
 Records written before 2026-12-05 (the start ``ae5f3a65…`` and ``grpo-seed0``) lack them."""
 CURVES = ("reward_mean", "searches", "rex/probes_opened", "rex/probes_kept",
           "rex/policy_accuracy", "rex/probe_accuracy", "rex/keep_ratio")
+UR2_CURVES = ("reward_mean", "searches", "ur2/stage", "ur2/correct", "ur2/valid_queries",
+              "informative_groups", "uncurated_pool")
+"""The UR² arm's per-update curves: ``uncurated_pool`` = 1 where its stage's pool was empty."""
 PROBES_OPENED, PROBES_CORRECT = "rex/probes_opened/", "rex/probes_correct/"
 """The prefixes of the probes a REX-RAG update opened, and of those right, per question kind."""
 PROBE_OUTCOMES = ("rex/probe_new_searches", "rex/probe_same_answer", "rex/probe_unanswered",
@@ -87,26 +102,51 @@ def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) 
     return config.model_copy(update=update)
 
 
-def train_arm(config: GrpoConfig, name: str, warmup: Path | None) -> dict:
-    """Run the recipe for one arm (starting from ``warmup`` when given); its run and curves."""
+def ur2_arm_config(config: UR2Config, start: Path, seed: int, steps: int,
+                   questions_per_step: int, root: Path) -> UR2Config:
+    """The UR² arm: from ``start`` (no warm-up of its own), the other arms' budget, its
+    checkpoints, curation and curation cache under ``root``, no benchmark."""
+    curate = config.curate and config.curate.model_copy(
+        update={"out_dir": root / f"{UR2_ARM}-curation", "cache_dir": root / "curation-cache"})
+    return config.model_copy(update={
+        "model": str(start), "warmup": None, "steps": steps,
+        "questions_per_step": questions_per_step, "curate": curate,
+        "checkpoint_dir": root / f"{UR2_ARM}-seed{seed}",
+        "checkpoint_every": max(min(steps // 3, 8), 1), "evaluate": None,
+        "experiment": "advrag-bench-rex-rag",
+        "registered_model": f"advrag-bench-rex-rag-{UR2_ARM}-seed{seed}",
+        "optim": config.optim.model_copy(update={"seed": seed})})
+
+
+def settings_differ(ur2: UR2Config, base: GrpoConfig) -> list[str]:
+    """The ``SAME_SETTINGS`` in which the UR² config departs from the GRPO arms' config."""
+    return [f"{key}: {getattr(ur2, key)} against {getattr(base, key)}" for key in SAME_SETTINGS
+            if getattr(ur2, key) != getattr(base, key)]
+
+
+def train_arm(config: GrpoConfig | UR2Config, name: str, warmup: Path | None) -> dict:
+    """Run the config's recipe for one arm (starting from ``warmup`` when given); its run,
+    seconds (all, and those of the updates) and curves."""
     from advrag.flows.rl import run_recipe
-    from advrag.recipes.grpo import GrpoRecipe
+    from advrag.recipes import recipe_named
 
     if warmup is not None and not (config.checkpoint_dir / "warmup").exists():
         shutil.copytree(warmup, config.checkpoint_dir / "warmup")
     started = time.perf_counter()
-    result = run_recipe(GrpoRecipe(config), "bench-rex-rag", name)
+    result = run_recipe(recipe_named(config.RECIPE)(config), "bench-rex-rag", name)
+    keys = UR2_CURVES if config.RECIPE == UR2_ARM else CURVES
     return {"run_id": result["run_id"], "model_dir": str(result["model_dir"]),
             "steps_run": result["steps_run"], "wall_s": time.perf_counter() - started,
-            "curves": curves(result["run_id"]), "probe_outcomes": probe_outcomes(result["run_id"])}
+            "train_s": result["train_s"], "curves": curves(result["run_id"], keys),
+            "probe_outcomes": probe_outcomes(result["run_id"])}
 
 
-def curves(run_id: str) -> dict[str, list[float]]:
-    """The per-update ``CURVES`` of one MLflow run, and its probes per question kind (logged
+def curves(run_id: str, keys: tuple[str, ...] = CURVES) -> dict[str, list[float]]:
+    """The per-update ``keys`` of one MLflow run, and its probes per question kind (logged
     only at the updates that opened one of that kind)."""
     client = tracking.client()
-    keys = [*CURVES, *sorted(key for key in client.get_run(run_id).data.metrics
-                             if key.startswith((PROBES_OPENED, PROBES_CORRECT)))]
+    keys = [*keys, *sorted(key for key in client.get_run(run_id).data.metrics
+                           if key.startswith((PROBES_OPENED, PROBES_CORRECT)))]
     return {key: [m.value for m in sorted(client.get_metric_history(run_id, key),
                                           key=lambda m: m.step)] for key in keys}
 
@@ -140,8 +180,9 @@ def train_in_child(args: argparse.Namespace, records: ArmRecords, name: str) -> 
     rollout engine and policy are freed when it exits; in one process they piled up)."""
     arm, seed = name.split("-seed")
     start = ["--start", str(args.start)] if args.start else []
+    ur2 = ["--ur2-config", args.ur2_config] if args.ur2_config else []
     child_json([sys.executable, __file__, "--config", args.config, "--steps", str(args.steps),
-                "--questions-per-step", str(args.questions_per_step), *start,
+                "--questions-per-step", str(args.questions_per_step), *start, *ur2,
                 "--heldout", str(args.heldout), "--cache-dir", str(args.cache_dir),
                 "--records", str(records.directory), "--arm", arm, "--seeds", seed])
 
@@ -150,17 +191,24 @@ def train_one(args: argparse.Namespace, base: GrpoConfig, records: ArmRecords) -
     """The child's work: train ``--arm`` for its seed from the shared start, score it and its
     start (once per start) on the held-out questions, write its record."""
     seed, name = args.seeds[0], f"{args.arm}-seed{args.seeds[0]}"
-    config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
     shared = args.cache_dir / "rex-seed0" / "warmup"  # the first arm's, when no --start
-    training = train_arm(config, name, shared if not args.start and shared.is_dir() else None)
+    warmup = shared if not args.start and shared.is_dir() else None
+    if args.arm == UR2_ARM:
+        config = ur2_arm_config(load_config(args.ur2_config, UR2Config), args.start, seed,
+                                args.steps, base.questions_per_step, args.cache_dir)
+    else:
+        config = arm_config(base, args.arm, seed, args.steps, args.cache_dir)
+    training = train_arm(config, name, warmup)
     start = args.start or config.checkpoint_dir / "warmup"
     digest = model_digest(start)
     records.start_rows(digest, lambda: kept_columns(evaluate(str(start), base, args.heldout)))
+    curation = ({"curation": curation_signal(config) if config.curate else None}
+                if args.arm == UR2_ARM else {})
     records.write(name, {"arm": args.arm, "seed": seed, "start": str(start),
                          "start_digest": digest, "steps": args.steps,
                          "questions_per_step": base.questions_per_step,
                          "group_size": base.group_size, "cpu": cpu_description(),
-                         "training": training, "rows": kept_columns(
+                         "training": training, **curation, "rows": kept_columns(
                              evaluate(training["model_dir"], base, args.heldout))})
     print(json.dumps({"arm": name, "steps_run": training["steps_run"]}))
 
@@ -221,13 +269,18 @@ def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
     (F1, searches) and on the multi-hop ones (searches). ``starts[name]`` is arm ``name``'s
     start's rows. Beside them, for arms from starts rebuilt on different CPUs, rex's gain over
     its own starts against grpo's on the multi-hop questions (the same as rex − grpo where
-    every arm began from one start)."""
+    every arm began from one start). Where ``rows`` holds the UR² arm (first seed only), the
+    same against its start, and ur2 − grpo and gain against gain on the multi-hop questions."""
     kinds = [r["kind"] for r in rows[f"grpo-seed{seeds[0]}"]]
     multi = [i for i, kind in enumerate(kinds) if kind in MULTI_HOP]
     chained = [i for i, kind in enumerate(kinds) if kind in CHAINED]
+    arm_seeds = {arm: seeds for arm in ARMS}
+    if f"{UR2_ARM}-seed{seeds[0]}" in rows:
+        arm_seeds[UR2_ARM] = seeds[:1]
 
     def mean(name: str, key: str, own_start: bool = False) -> list[float]:
-        return seed_mean([(starts if own_start else rows)[f"{name}-seed{s}"] for s in seeds], key)
+        return seed_mean([(starts if own_start else rows)[f"{name}-seed{s}"]
+                          for s in arm_seeds[name]], key)
 
     def pick(values: list[float], where: list[int]) -> list[float]:
         return [values[i] for i in where]
@@ -244,7 +297,12 @@ def the_test(rows: dict[str, list[dict]], starts: dict[str, list[dict]],
                str(s): paired(pick([r["f1"] for r in rows[f"rex-seed{s}"]], multi),
                               pick([r["f1"] for r in rows[f"grpo-seed{s}"]], multi))
                for s in seeds}}
-    for arm in ARMS:
+    if UR2_ARM in arm_seeds:
+        out["ur2-grpo_f1_multi_hop"] = paired(pick(mean(UR2_ARM, "f1"), multi),
+                                              pick(mean("grpo", "f1"), multi))
+        out["ur2-grpo_gain_f1_multi_hop"] = paired(pick(gain(UR2_ARM), multi),
+                                                   pick(gain("grpo"), multi))
+    for arm in arm_seeds:
         out[f"{arm}-start_f1_chained"] = paired(pick(mean(arm, "f1"), chained),
                                                 pick(mean(arm, "f1", own_start=True), chained))
         for where, part in (("multi_hop", multi), ("chained", chained)):
@@ -266,7 +324,8 @@ def against_start(rows: list[dict], start: list[dict]) -> dict:
 
 
 def curves_figure(arms: dict[str, dict]):
-    """Per-update reward, searches, probes and accuracies of every run."""
+    """Per-update reward, searches, probes and accuracies of every run (each run's own
+    curves: UR²'s has no probes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -274,11 +333,11 @@ def curves_figure(arms: dict[str, dict]):
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.5))
     panels = (("reward_mean",), ("searches",), ("rex/probes_opened", "rex/probes_kept"),
-              ("rex/policy_accuracy", "rex/probe_accuracy"))
+              ("rex/policy_accuracy", "rex/probe_accuracy", "ur2/correct"))
     for ax, keys in zip(axes, panels):
         for name, arm in arms.items():
             for key in keys:
-                if arm["curves"][key]:
+                if arm["curves"].get(key):
                     ax.plot(arm["curves"][key], marker=".", label=f"{name} {key}")
         ax.set_title(" / ".join(keys))
         ax.set_xlabel("update")
@@ -303,7 +362,10 @@ def main() -> None:
                         help="the arms' committed records (default: --out without .json)")
     parser.add_argument("--start-only", action="store_true",
                         help="score --start on the held-out questions (once per start) and stop")
-    parser.add_argument("--arm", choices=("rex", "grpo"), default=None,
+    parser.add_argument("--ur2-config", default=None,
+                        help="also train the UR² arm (first seed, after the others) with this "
+                             "ur2 config, e.g. configs/ur2-raw-docs.yaml; needs --start")
+    parser.add_argument("--arm", choices=(*ARMS, UR2_ARM), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
     offline_world()
@@ -315,6 +377,8 @@ def main() -> None:
         parser.error("--start-only scores --start: give it")
     if args.start and not (args.start / "config.json").is_file():
         parser.error(f"--start {args.start}: no saved model there (no config.json)")
+    if args.ur2_config:
+        check_ur2_config(parser, args, base)
     if args.start:  # RL starts from it: no warm-up of the config's own
         base = base.model_copy(update={"model": str(args.start), "warmup": None})
     if args.questions_per_step:
@@ -329,6 +393,7 @@ def main() -> None:
     if args.start_only:
         return print(f"the start {args.start} is scored in {records.directory}")
     names = [f"{arm}-seed{seed}" for seed in args.seeds for arm in ARMS]
+    names += [f"{UR2_ARM}-seed{args.seeds[0]}"] if args.ur2_config else []
     for name in names:
         if records.load(name) is None:
             train_in_child(args, records, name)
@@ -336,10 +401,24 @@ def main() -> None:
     write_aggregate(args, base, records, names)
 
 
+def check_ur2_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                     base: GrpoConfig) -> None:
+    """Refuse a UR² arm that could not be compared: no shared start, or other settings."""
+    if not args.start:
+        parser.error("--ur2-config: the UR² arm starts from the other arms' start: give --start "
+                     "(a warm-up of the GRPO config's is made under another prompt)")
+    differ = settings_differ(load_config(args.ur2_config, UR2Config), base)
+    if differ:
+        parser.error(f"--ur2-config {args.ur2_config} differs from --config {args.config} in "
+                     f"{'; '.join(differ)}: set them alike so the arms differ only in their recipe")
+
+
 def write_aggregate(args: argparse.Namespace, base: GrpoConfig, records: ArmRecords,
                     names: list[str]) -> None:
-    """The protocol's record from the arms recorded so far; the declared test once all are."""
+    """The protocol's record from the arms recorded so far; the declared test once every seed
+    of ``ARMS`` is (with the UR² arm's comparisons once it is too)."""
     done = {name: record for name in names if (record := records.load(name)) is not None}
+    tested = all(name in done for name in names if not name.startswith(UR2_ARM))
     if not done:
         return
     digests = sorted({record["start_digest"] for record in done.values()})
@@ -354,11 +433,12 @@ def write_aggregate(args: argparse.Namespace, base: GrpoConfig, records: ArmReco
               "heldout": args.heldout, "max_turns": base.max_turns,
               "arms": {name: record["training"] | {k: record[k] for k in ("cpu", "finished")}
                        | {"probes_by_kind": probe_totals(record["training"]["curves"])}
+                       | {key: record[key] for key in ("curation",) if key in record}
                        for name, record in done.items()},
               "arms_missing": [name for name in names if name not in done],
               "heldout_results": {name: summary(r) for name, r in rows.items()},
               "vs_own_start": {name: against_start(rows[name], own_start[name]) for name in done},
-              "test": the_test(rows, own_start, args.seeds) if len(done) == len(names) else None}
+              "test": the_test(rows, own_start, args.seeds) if tested else None}
     write_report(args.out, report)
     write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=RECORD_KEYS)
     curves_figure({name: record["training"] for name, record in done.items()}).savefig(

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
 SCRIPTS = sorted(BENCH.glob("*/bench_*.py"))
 
 
@@ -247,6 +248,62 @@ def test_the_rex_rag_test_pairs_seed_means_each_arm_with_its_own_start(monkeypat
     assert test["rex-start_searches_multi_hop"]["diff"] == pytest.approx(1.0)
 
 
+def test_the_rex_rag_test_pairs_the_ur2_arms_one_seed_with_its_start_and_with_grpo(monkeypatch):
+    on_path(monkeypatch, "learning")
+    import bench_rex_rag
+
+    start = kinded_rows([0.5, 0.0, 0.0, 0.0])
+    table = {"rex-seed0": kinded_rows([0.0, 1.0, 0.5, 0.0]),
+             "rex-seed1": kinded_rows([0.0, 0.0, 0.5, 1.0]),
+             "grpo-seed0": kinded_rows([1.0, 0.0, 0.0, 0.0]),
+             "grpo-seed1": kinded_rows([1.0, 0.0, 0.5, 0.0])}
+    starts = {name: start for name in table}
+    starts["grpo-seed1"] = kinded_rows([0.5, 0.0, 0.5, 0.0])
+    assert "ur2-grpo_f1_multi_hop" not in bench_rex_rag.the_test(table, starts, [0, 1])
+    table["ur2-seed0"] = kinded_rows([1.0, 1.0, 0.0, 0.5], [1, 3, 3, 1])  # seed 0 only
+    starts["ur2-seed0"] = start
+    test = bench_rex_rag.the_test(table, starts, [0, 1])
+    # multi-hop: ur2 [1, 0, ½] against grpo's seed means [0, ¼, 0] → (1 − ¼ + ½) / 3
+    assert test["ur2-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)
+    # gains: ur2 [1, 0, ½] − [0, 0, 0]; grpo [0, ¼, 0] − its starts' mean [0, ¼, 0]
+    assert test["ur2-grpo_gain_f1_multi_hop"]["diff"] == pytest.approx(0.5)
+    assert test["ur2-start_f1_chained"]["diff"] == pytest.approx(0.5)  # [1, 0] − [0, 0]
+    assert test["ur2-start_searches_chained"]["diff"] == pytest.approx(2.0)  # [3, 3] − [1, 1]
+    assert test["ur2-start_searches_multi_hop"]["diff"] == pytest.approx(4 / 3)
+    assert test["rex-grpo_f1_multi_hop"]["diff"] == pytest.approx(5 / 12)  # unchanged
+
+
+def test_the_ur2_arm_takes_the_shared_start_and_budget_and_must_match_the_world(
+        tmp_path, monkeypatch, capsys):
+    on_path(monkeypatch, "learning")
+    import argparse
+
+    import bench_rex_rag
+
+    from advrag.config import load_config
+    from advrag.recipes.grpo import GrpoConfig
+    from advrag.recipes.ur2 import UR2Config
+
+    base = load_config(REPO / "configs/rex-rag.yaml", GrpoConfig)
+    ur2 = load_config(REPO / "configs/ur2-raw-docs.yaml", UR2Config)
+    assert bench_rex_rag.settings_differ(ur2, base) == []  # the Makefile's pair of configs
+    arm = bench_rex_rag.ur2_arm_config(ur2, tmp_path / "start", 2, 48, 4, tmp_path / "cache")
+    assert (arm.model, arm.warmup, arm.steps, arm.questions_per_step) == (
+        str(tmp_path / "start"), None, 48, 4)
+    assert (arm.optim.seed, arm.optim.lr, arm.optim.advantage) == (2, 5e-5, "reinforce_pp")
+    assert arm.checkpoint_dir == tmp_path / "cache" / "ur2-seed2"
+    assert arm.curate.out_dir.parent == tmp_path / "cache" and arm.curate.k == 4
+    assert (arm.checkpoint_every, arm.evaluate, arm.summary.summarise) == (8, None, False)
+    two_turns = ur2.model_copy(update={"max_turns": 2})
+    assert bench_rex_rag.settings_differ(two_turns, base) == ["max_turns: 2 against 4"]
+    parser = argparse.ArgumentParser()
+    args = argparse.Namespace(start=None, ur2_config=str(REPO / "configs/ur2-raw-docs.yaml"),
+                              config="configs/rex-rag.yaml")
+    with pytest.raises(SystemExit):
+        bench_rex_rag.check_ur2_config(parser, args, base)
+    assert "give --start" in capsys.readouterr().err
+
+
 def test_an_arm_record_is_written_whole_and_a_start_is_scored_once(tmp_path, monkeypatch):
     on_path(monkeypatch, "learning")
     from arm_records import ArmRecords, model_digest
@@ -332,6 +389,18 @@ def test_the_rex_rag_record_grows_arm_by_arm_and_tests_once_all_have_run(tmp_pat
     assert policies == {"start-aaaa", "start-bbbb", "grpo-seed0", "rex-seed0"}
     assert (tmp_path / "rex-rag-chaining_curves.png").stat().st_size > 0
     assert report["arms"]["rex-seed0"]["probes_by_kind"] == {}  # curves without kinds
+    names.append("ur2-seed0")  # the UR² arm: the GRPO/REX-RAG test does not wait for it
+    bench_rex_rag.write_aggregate(args, base, records, names)
+    report = json.loads(args.out.read_text())
+    assert report["arms_missing"] == ["ur2-seed0"] and "ur2-grpo_f1_multi_hop" not in report["test"]
+    training["curves"] = {key: [0.1, 0.2] for key in bench_rex_rag.UR2_CURVES}
+    records.write("ur2-seed0", {"start_digest": "aaaa", "training": training, "cpu": "test CPU",
+                                "curation": {"scores": {"n": 8}}, "rows": kinded_rows([1.0] * 4)})
+    bench_rex_rag.write_aggregate(args, base, records, names)
+    report = json.loads(args.out.read_text())
+    assert report["arms"]["ur2-seed0"]["curation"] == {"scores": {"n": 8}}
+    # multi-hop: ur2 [1, 1, 1] against grpo [1, 0, 0]
+    assert report["test"]["ur2-grpo_f1_multi_hop"]["diff"] == pytest.approx(2 / 3)
 
 
 def test_an_arms_probes_are_summed_per_question_kind(monkeypatch):
