@@ -89,14 +89,20 @@ PROBE_OUTCOMES = ("rex/probe_new_searches", "rex/probe_same_answer", "rex/probe_
 Records written before 2026-12-06 lack them."""
 
 
+def arm_settings(config: GrpoConfig | UR2Config, arm: str, seed: int, steps: int,
+                 root: Path) -> dict:
+    """What every arm of one seed sets: its checkpoints under ``root`` (at most 8 updates
+    apart, so a killed run loses little), ``steps`` updates, its seed, no benchmark."""
+    return {"checkpoint_dir": root / f"{arm}-seed{seed}", "steps": steps,
+            "checkpoint_every": max(min(steps // 3, 8), 1), "evaluate": None,
+            "experiment": "advrag-bench-rex-rag",
+            "registered_model": f"advrag-bench-rex-rag-{arm}-seed{seed}",
+            "optim": config.optim.model_copy(update={"seed": seed})}
+
+
 def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) -> GrpoConfig:
-    """One arm of one seed: its checkpoints under ``root`` (at most 8 updates apart, so a killed
-    run loses little), ``steps`` updates, no benchmark."""
-    update = {"checkpoint_dir": root / f"{arm}-seed{seed}", "steps": steps,
-              "checkpoint_every": max(min(steps // 3, 8), 1), "evaluate": None,
-              "experiment": "advrag-bench-rex-rag",
-              "registered_model": f"advrag-bench-rex-rag-{arm}-seed{seed}",
-              "optim": config.optim.model_copy(update={"seed": seed})}
+    """One GRPO or REX-RAG arm of one seed (``arm_settings``)."""
+    update = arm_settings(config, arm, seed, steps, root)
     if arm == "grpo":
         update["exploration"] = None
     return config.model_copy(update=update)
@@ -104,18 +110,13 @@ def arm_config(config: GrpoConfig, arm: str, seed: int, steps: int, root: Path) 
 
 def ur2_arm_config(config: UR2Config, start: Path, seed: int, steps: int,
                    questions_per_step: int, root: Path) -> UR2Config:
-    """The UR² arm: from ``start`` (no warm-up of its own), the other arms' budget, its
-    checkpoints, curation and curation cache under ``root``, no benchmark."""
+    """The UR² arm: from ``start`` (no warm-up of its own), the other arms' budget and
+    settings (``arm_settings``), its curation and curation cache under ``root``."""
     curate = config.curate and config.curate.model_copy(
         update={"out_dir": root / f"{UR2_ARM}-curation", "cache_dir": root / "curation-cache"})
-    return config.model_copy(update={
-        "model": str(start), "warmup": None, "steps": steps,
-        "questions_per_step": questions_per_step, "curate": curate,
-        "checkpoint_dir": root / f"{UR2_ARM}-seed{seed}",
-        "checkpoint_every": max(min(steps // 3, 8), 1), "evaluate": None,
-        "experiment": "advrag-bench-rex-rag",
-        "registered_model": f"advrag-bench-rex-rag-{UR2_ARM}-seed{seed}",
-        "optim": config.optim.model_copy(update={"seed": seed})})
+    return config.model_copy(update=arm_settings(config, UR2_ARM, seed, steps, root) | {
+        "model": str(start), "warmup": None, "questions_per_step": questions_per_step,
+        "curate": curate})
 
 
 def settings_differ(ur2: UR2Config, base: GrpoConfig) -> list[str]:
