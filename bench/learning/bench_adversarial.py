@@ -196,11 +196,21 @@ def write_aggregate(args: argparse.Namespace, records: ArmRecords, names: list[s
     write_rows(args.out.with_name(f"{args.out.stem}_rows.jsonl"), rows, keys=RECORD_KEYS)
 
 
+def inputs_to_check(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
+    """The inputs this run reads, each with its flag and the command that builds it: the start
+    always, the judge only where a GAR arm trains (ARR has no judge)."""
+    arms = [args.arm] if args.arm else args.arms
+    checks = [("--start", args.start / "config.json", "make chaining-start")]
+    if "gar" in arms:
+        checks.append(("--judge", args.judge, "make bench-judge"))
+    return checks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=Path, required=True, help="the chaining warm-up")
     parser.add_argument("--judge", type=Path, required=True,
-                        help="the judge's SFT adapter on --start (bench_judge.py's)")
+                        help="the judge's SFT adapter on --start (bench_judge.py's); read by GAR only")
     parser.add_argument("--grpo-records", type=Path,
                         default=Path("bench/results/rex-rag-chaining"),
                         help="the RL protocol's arm records (bench_rex_rag.py's --records)")
@@ -218,8 +228,7 @@ def main() -> None:
     parser.add_argument("--arm", choices=tuple(ARMS), default=None,
                         help="(child process) train this arm for the one seed of --seeds")
     args = parser.parse_args()
-    for flag, path, fix in (("--start", args.start / "config.json", "make chaining-start"),
-                            ("--judge", args.judge, "make bench-judge")):
+    for flag, path, fix in inputs_to_check(args):
         if not path.exists():
             parser.error(f"{flag}: {path} does not exist; `{fix}` builds it")
     offline_world()

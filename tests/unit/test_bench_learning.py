@@ -605,6 +605,23 @@ def test_the_adversarial_run_trains_the_chosen_arms_without_a_record(tmp_path, m
         "arr-seed0", "gar-seed1", "arr-seed1"]
 
 
+def test_the_adversarial_run_asks_for_the_judge_only_where_gar_trains(tmp_path, monkeypatch):
+    on_path(monkeypatch, "learning")
+    import argparse
+
+    import bench_adversarial
+
+    def flags(arms, arm=None):
+        args = argparse.Namespace(start=tmp_path / "start", judge=tmp_path / "judge",
+                                  arms=arms, arm=arm)
+        return [flag for flag, _, _ in bench_adversarial.inputs_to_check(args)]
+
+    assert flags(["arr"]) == ["--start"]
+    assert flags(["gar", "arr"]) == ["--start", "--judge"]
+    assert flags(["gar", "arr"], arm="arr") == ["--start"]  # the child trains one arm
+    assert flags(["arr"], arm="gar") == ["--start", "--judge"]
+
+
 def test_the_probe_study_takes_kinds_in_turn_and_counts_probes_per_kind(monkeypatch):
     on_path(monkeypatch, "learning")
     import bench_rex_probes
