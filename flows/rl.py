@@ -57,24 +57,44 @@ def run_recipe(recipe: Recipe, flow_name: str, run_name: str, parent: str | None
         curate_with(recipe, start_model, run_id)
         rl.build(recipe, start_model)
         started = time.perf_counter()
-        history = run_updates(recipe, run_id, retriever, records, rl.resume(recipe))
-        rl.log_figures(recipe, run_id, history)
+        first_step = rl.resume(recipe)
+        earlier = carried_updates(recipe, run_id, first_step)
+        history = run_updates(recipe, run_id, retriever, records, first_step)
+        rl.log_figures(recipe, run_id, earlier + history)
         model_dirs = rl.export(recipe)
         versions = rl.register(recipe, run_id, model_dirs, version["digest"])
     primary = recipe.agents[0]
     results = {"run_id": run_id, "model_dirs": {a: str(p) for a, p in model_dirs.items()},
                "versions": versions, "model_dir": str(model_dirs[primary]),
-               "version": versions[primary], "steps_run": len(history),
-               "train_s": time.perf_counter() - started, "rewards": reward_curves(recipe, history)}
+               "version": versions[primary], "steps_run": len(history), "resumed_at": first_step,
+               "train_s": time.perf_counter() - started,
+               "rewards": reward_curves(recipe, earlier + history)}
     if config.evaluate is not None:
         results |= benchmark_stages(recipe, run_name, start_model, model_dirs, versions)
     return results
 
 
 def reward_curves(recipe: Recipe, history: list[dict]) -> dict[str, list[float]]:
-    """The recipe's reward terms (``Recipe.reward_terms``), one value per update of this run."""
+    """The recipe's reward terms (``Recipe.reward_terms``), one value per update in ``history``."""
     return {name: [h[key] for h in history if key in h]
             for name, key in recipe.reward_terms.items()}
+
+
+def carried_updates(recipe: Recipe, run_id: str, first_step: int) -> list[dict]:
+    """The updates before ``first_step``, copied into this run from the run whose checkpoint it
+    resumed (``tracking.carry_updates``), so its curves start at update 1; where they cannot
+    be, it says so and the curves start at the resume."""
+    if first_step == 0:
+        return []
+    earlier = recipe.resumed_from_run
+    try:
+        if earlier is None:
+            raise LookupError("the checkpoint names no run (it predates the field)")
+        return tracking.carry_updates(earlier, run_id, first_step)
+    except LookupError as why:
+        print(f"resumed at update {first_step + 1}; the earlier updates' metrics are not copied "
+              f"into this run: {why}. Its curves start at update {first_step + 1}.", flush=True)
+        return []
 
 
 def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:

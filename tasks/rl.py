@@ -77,7 +77,7 @@ def save_checkpoint(recipe: Recipe, run_id: str, next_step: int) -> None:
     from advrag.engines.local.checkpoint_store import CheckpointStore
 
     store = CheckpointStore.from_environment()
-    for artifact_path, path in recipe.save(next_step).items():
+    for artifact_path, path in recipe.save(next_step, run_id).items():
         tracking.log_artifacts(run_id, path, artifact_path)
         if store is not None:
             store.push(path)

@@ -31,6 +31,8 @@ ARTIFACT_ROOT_ENV = "ADVRAG_ARTIFACT_ROOT"
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 OWNER_HOST = "advrag.host"
 OWNER_PID = "advrag.pid"
+RESUMED_FROM = "advrag.resumed_from"  # the run whose checkpoint a run resumed from
+RESUMED_AT = "advrag.resumed_at"  # the update it resumed at
 ALLOCATOR = "advrag.allocator"  # tcmalloc or system: it changes step times (docs/performance.md)
 
 
@@ -185,6 +187,35 @@ def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
     items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
     for start in range(0, len(items), 500):
         client().log_batch(run_id, metrics=items[start:start + 500])
+
+
+def carry_updates(earlier_run: str, run_id: str, before_step: int) -> list[dict[str, float]]:
+    """Copy the per-update metrics ``earlier_run`` logged before ``before_step`` into ``run_id``
+    (their timestamps kept) and tag it with both: a run resumed from ``earlier_run``'s
+    checkpoint then shows the whole training curve. The warm-up's (``warmup/``) stays in the
+    earlier run, and so do updates it logged past the checkpoint, which the resume replays.
+    Returns the copied updates as history rows (``{"step": s, metric: value}``), oldest first.
+    """
+    from mlflow.entities import Metric
+
+    c = client()
+    try:
+        logged = c.get_run(earlier_run).data.metrics
+    except mlflow.exceptions.MlflowException as err:
+        if _missing(err):
+            raise LookupError(f"run {earlier_run} is not in {mlflow.get_tracking_uri()}") from err
+        raise
+    keys = [k for k in logged if not k.startswith("warmup/")]
+    points = [m for key in keys for m in c.get_metric_history(earlier_run, key)
+              if m.step < before_step]
+    items = [Metric(m.key, m.value, m.timestamp, m.step) for m in points]
+    for start in range(0, len(items), 500):
+        c.log_batch(run_id, metrics=items[start:start + 500])
+    set_tags(run_id, {RESUMED_FROM: earlier_run, RESUMED_AT: str(before_step)})
+    rows: dict[int, dict[str, float]] = {}
+    for m in points:
+        rows.setdefault(m.step, {"step": m.step})[m.key] = m.value
+    return [rows[step] for step in sorted(rows)]
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:

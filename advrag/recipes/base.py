@@ -78,6 +78,7 @@ class Recipe(ABC):
         self.config = config
         self.trainers = None  # AgentTrainers, set by build()
         self.generators: dict[str, TextGenerator] = {}
+        self.resumed_from_run: str | None = None  # set by resume()
 
     # ---- what each recipe supplies -------------------------------------------------------
 
@@ -282,11 +283,12 @@ class Recipe(ABC):
         """The questions of update ``step`` (see ``batch_for_step``)."""
         return batch_for_step(records, step, self.config.questions_per_step, self.config.optim.seed)
 
-    def save(self, next_step: int) -> dict[str, Path]:
-        """Checkpoint every agent after ``next_step`` updates; artifact path → directory."""
+    def save(self, next_step: int, run_id: str | None = None) -> dict[str, Path]:
+        """Checkpoint every agent after ``next_step`` updates, naming the MLflow run that logged
+        them (a resumed run carries their curves on); artifact path → directory."""
         saved = self.trainers.save(self.config.checkpoint_dir, data_position=next_step,
                                    extra={"settings_hash": self.settings_hash(),
-                                          "recipe_state": self.run_state()})
+                                          "recipe_state": self.run_state(), "run_id": run_id})
         if len(saved) == 1:
             return {"checkpoints": next(iter(saved.values()))}
         return {f"checkpoints/{agent}": path for agent, path in saved.items()}
@@ -296,8 +298,11 @@ class Recipe(ABC):
 
         Generators with their own copy of the weights (``push_weights``) get the
         resumed ones, so the first rollout after a resume samples the resumed policy.
+        ``resumed_from_run``: the MLflow run that wrote the checkpoint (None: a fresh start, or
+        a checkpoint older than this field).
         """
         state = self.trainers.resume(self.config.checkpoint_dir)
+        self.resumed_from_run = None if state is None else state["extra"].get("run_id")
         if state is None:
             return 0
         if state["extra"].get("settings_hash") != self.settings_hash():

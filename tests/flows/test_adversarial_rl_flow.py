@@ -110,8 +110,11 @@ def test_warm_up_then_rerun_resumes_and_refuses_other_method_settings(
         assert (weights / "adapter_model.safetensors").is_file()
 
     second = rl_flow(config(*args, 2, warmup=warmup))  # reuses the warm-up, resumes
-    history = client.get_metric_history(second["run_id"], "verifier/reward_mean")
-    assert [m.step for m in history] == [1]  # step 0 came from the checkpoints
+    assert second["steps_run"] == 1 and second["resumed_at"] == 1  # step 0: the checkpoints'
+    history, before = (client.get_metric_history(run, "verifier/reward_mean")
+                       for run in (second["run_id"], first["run_id"]))
+    assert [m.step for m in history] == [0, 1]
+    assert history[0] == before[0]  # carried from the first run (its timestamp too), not rerun
     assert client.get_metric_history(second["run_id"], "warmup/loss") == []
     with pytest.raises(ValueError, match="other ARR settings"):
         rl_flow(config(*args, 3, warmup=warmup, lam=0.9))

@@ -79,9 +79,27 @@ def test_a_spent_budget_checkpoints_and_a_rerun_resumes_from_it(
     assert first["steps_run"] == 1  # the budget was spent by the first update
     assert [p.name for p in list_checkpoints(tmp_path / "ckpt")] == ["step-00000001"]
     second = rl_flow(config(tmp_path, small_world_dir, small_index_dir, tiny_policy_dir, 2))
-    history = mlflow.MlflowClient().get_metric_history(second["run_id"], "reward_mean")
-    assert [m.step for m in history] == [1]  # step 0 came from the checkpoint
-    assert not mlflow.MlflowClient().get_metric_history(second["run_id"], "warmup/loss")
+    assert second["steps_run"] == 1 and second["resumed_at"] == 1  # step 0: the checkpoint's
+    client = mlflow.MlflowClient()
+    history, before = (client.get_metric_history(run, "reward_mean")
+                       for run in (second["run_id"], first["run_id"]))
+    assert [(m.step, m.value, m.timestamp) for m in history[:1]] == [
+        (m.step, m.value, m.timestamp) for m in before]  # carried from the first run, not rerun
+    assert [m.step for m in history] == [0, 1]
+    assert mlflow.get_run(second["run_id"]).data.tags[tracking.RESUMED_FROM] == first["run_id"]
+    assert not client.get_metric_history(second["run_id"], "warmup/loss")
+
+
+def test_a_resume_from_a_checkpoint_that_names_no_run_says_its_curves_start_there(capsys):
+    from types import SimpleNamespace
+
+    from advrag.flows.rl import carried_updates
+
+    older_checkpoint = SimpleNamespace(resumed_from_run=None)
+    assert carried_updates(older_checkpoint, "run", 8) == []
+    assert "resumed at update 9" in capsys.readouterr().out
+    assert carried_updates(older_checkpoint, "run", 0) == []  # a fresh start carries nothing
+    assert capsys.readouterr().out == ""
 
 
 def test_rex_rag_exploration_trains_logs_its_metrics_and_checkpoints_its_keep_ratio(

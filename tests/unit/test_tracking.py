@@ -101,3 +101,29 @@ def test_live_runs_are_not_reaped(store):
             pass
         assert mlflow.get_run(outer).info.status == "RUNNING"
     assert mlflow.get_run(outer).info.status == "FINISHED"
+
+
+def test_a_resumed_run_carries_the_updates_before_its_checkpoint_and_no_others(store):
+    """Updates 1-2 were checkpointed; the earlier run also logged update 3 (lost with the kill,
+    replayed by the resume) and its warm-up, which stay where they are."""
+    with tracking.tracked_run("exp", "first") as first:
+        tracking.log_metrics(first, {"warmup/loss": 2.0}, step=0)
+        for step, reward in enumerate([0.1, 0.2, 0.3]):
+            tracking.log_metrics(first, {"reward_mean": reward, "loss": -reward}, step=step)
+    with tracking.tracked_run("exp", "second") as second:
+        rows = tracking.carry_updates(first, second, before_step=2)
+    assert rows == [{"step": 0, "reward_mean": 0.1, "loss": -0.1},
+                    {"step": 1, "reward_mean": 0.2, "loss": -0.2}]
+    client = mlflow.MlflowClient()
+    carried, original = (client.get_metric_history(run, "reward_mean") for run in (second, first))
+    assert [(m.step, m.value, m.timestamp) for m in carried] == [
+        (m.step, m.value, m.timestamp) for m in original[:2]]
+    assert not client.get_metric_history(second, "warmup/loss")
+    tags = mlflow.get_run(second).data.tags
+    assert tags[tracking.RESUMED_FROM] == first and tags[tracking.RESUMED_AT] == "2"
+
+
+def test_carrying_from_a_run_the_store_does_not_hold_names_it(store):
+    with tracking.tracked_run("exp", "second") as second:
+        with pytest.raises(LookupError, match="run 0123abcd is not in sqlite:"):
+            tracking.carry_updates("0123abcd", second, before_step=2)
