@@ -86,15 +86,15 @@ def carried_updates(recipe: Recipe, run_id: str, first_step: int) -> list[dict]:
     be, it says so and the curves start at the resume."""
     if first_step == 0:
         return []
-    earlier = recipe.resumed_from_run
-    try:
-        if earlier is None:
-            raise LookupError("the checkpoint names no run (it predates the field)")
-        return tracking.carry_updates(earlier, run_id, first_step)
-    except LookupError as why:
-        print(f"resumed at update {first_step + 1}; the earlier updates' metrics are not copied "
-              f"into this run: {why}. Its curves start at update {first_step + 1}.", flush=True)
-        return []
+    why = "the checkpoint names no run (it predates the field)"
+    if recipe.resumed_from_run is not None:
+        try:
+            return tracking.carry_updates(recipe.resumed_from_run, run_id, first_step)
+        except LookupError as missing:
+            why = str(missing)
+    print(f"resumed at update {first_step + 1}; the earlier updates' metrics are not copied "
+          f"into this run: {why}. Its curves start at update {first_step + 1}.", flush=True)
+    return []
 
 
 def warm_start(recipe: Recipe, run_id: str, retriever, records) -> str:

@@ -184,9 +184,14 @@ def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-    for start in range(0, len(items), 500):
-        client().log_batch(run_id, metrics=items[start:start + 500])
+    log_metric_points(run_id, [Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+
+def log_metric_points(run_id: str, points: list) -> None:
+    """Log MLflow ``Metric`` points as they are (key, value, timestamp, step), in batches of
+    500, under MLflow's limit of a batch."""
+    for start in range(0, len(points), 500):
+        client().log_batch(run_id, metrics=points[start:start + 500])
 
 
 def carry_updates(earlier_run: str, run_id: str, before_step: int) -> list[dict[str, float]]:
@@ -196,8 +201,6 @@ def carry_updates(earlier_run: str, run_id: str, before_step: int) -> list[dict[
     earlier run, and so do updates it logged past the checkpoint, which the resume replays.
     Returns the copied updates as history rows (``{"step": s, metric: value}``), oldest first.
     """
-    from mlflow.entities import Metric
-
     c = client()
     try:
         logged = c.get_run(earlier_run).data.metrics
@@ -208,9 +211,7 @@ def carry_updates(earlier_run: str, run_id: str, before_step: int) -> list[dict[
     keys = [k for k in logged if not k.startswith("warmup/")]
     points = [m for key in keys for m in c.get_metric_history(earlier_run, key)
               if m.step < before_step]
-    items = [Metric(m.key, m.value, m.timestamp, m.step) for m in points]
-    for start in range(0, len(items), 500):
-        c.log_batch(run_id, metrics=items[start:start + 500])
+    log_metric_points(run_id, points)
     set_tags(run_id, {RESUMED_FROM: earlier_run, RESUMED_AT: str(before_step)})
     rows: dict[int, dict[str, float]] = {}
     for m in points:
