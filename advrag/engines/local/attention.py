@@ -23,16 +23,20 @@ bounds themselves; elsewhere each sequence runs SDPA on its own. Packing spares
 the padding a batch of unequal rows computes (``logprobs.scored_logits``).
 
 The kernel is built on first use with ``torch.utils.cpp_extension`` (about 40 s,
-cached under ``TORCH_EXTENSIONS_DIR``); ``kernel()`` is None where it cannot be
+cached per Python environment under ``$TORCH_EXTENSIONS_DIR``, else
+``~/.cache/advrag/torch_extensions``); ``kernel()`` is None where it cannot be
 built or run (no AVX512-BF16, no C++ compiler), and attention then stays SDPA's.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import hashlib
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,12 +77,45 @@ def kernel():
           "40-55 s, then cached)", flush=True)
     flags = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
              "-mavx512bf16", "-mfma", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"]
+    directory = build_directory()
     try:
-        return load("advrag_causal_attention", [str(SOURCE)], extra_cflags=flags,
-                    extra_ldflags=["-fopenmp"])
+        with build_lock(directory):
+            return load("advrag_causal_attention", [str(SOURCE)], extra_cflags=flags,
+                        extra_ldflags=["-fopenmp"], build_directory=str(directory))
     except (RuntimeError, OSError) as error:  # a compiler or toolchain that cannot build it
         log.warning("bf16 attention kernels unavailable, attention stays SDPA's: %s", error)
         return None
+
+
+def build_directory() -> Path:
+    """Where this Python environment builds the kernels: a directory of its own under
+    ``$TORCH_EXTENSIONS_DIR`` (else ``~/.cache/advrag/torch_extensions``). Each checkout's
+    build writes its own paths into the build file, so a shared directory would be rebuilt
+    whenever another checkout loaded the kernels."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache/advrag/torch_extensions"
+    environment = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    directory = Path(root) / f"advrag_causal_attention-{environment}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+@contextmanager
+def build_lock(directory: Path) -> Iterator[None]:
+    """Hold an OS lock on ``directory`` while the kernels build there; the OS releases it when
+    its process ends, however it ends. torch's own lock is a file that a build killed midway
+    leaves behind, and every later load then waits on it forever without a word; holding this
+    lock, such a file is stale, so it is removed (with a warning)."""
+    with open(directory / "advrag-build.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        stale = directory / "lock"
+        if stale.exists():
+            log.warning("bf16 attention: removing %s, left by a kernel build that did not "
+                        "finish", stale)
+            stale.unlink()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, scale: float,
