@@ -18,6 +18,7 @@ from advrag.common.locks import exclusive, shared
 from advrag.config import BenchmarkConfig, RLRunConfig
 from advrag.datasets.records import QARecord
 from advrag.flows.benchmark import benchmark
+from advrag.models.loading import resolve_model_dir, weight_change
 from advrag.recipes import recipe_for, recipe_named
 from advrag.recipes.base import Recipe
 from advrag.tasks import data, rl, tracking
@@ -178,9 +179,12 @@ def benchmark_stages(recipe: Recipe, run_name: str, start_model: str, model_dirs
         evaluation = benchmark(settings, run_name=f"{run_name}-{stage}")
         results[stage], runs[stage] = evaluation["results"], evaluation["run_id"]
     rl.tag_versions(recipe, versions, benchmark_tags(evaluation))
-    changed = ({"/".join(key): changed_answers(runs["warmup"], runs["trained"], key)
-                for key in results["trained"]} if {"warmup", "trained"} <= set(runs) else {})
-    return results | {"benchmark_runs": runs, "changed_answers": changed}
+    if not {"warmup", "trained"} <= set(runs):
+        return results | {"benchmark_runs": runs, "changed_answers": {}}
+    changed = {"/".join(key): changed_answers(runs["warmup"], runs["trained"], key)
+               for key in results["trained"]}
+    moved = weight_change(resolve_model_dir(start_model), model_dirs[recipe.agents[0]])
+    return results | {"benchmark_runs": runs, "changed_answers": changed, "weight_change": moved}
 
 
 def changed_answers(before_run: str, after_run: str, key: tuple[str, str]) -> int:

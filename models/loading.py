@@ -167,3 +167,27 @@ def load_policy(
     tokenizer.padding_side = "left"
     model.to(device).eval()
     return Policy(model=model, tokenizer=tokenizer, source=source)
+
+
+def weight_change(before: str | Path, after: str | Path) -> float:
+    """‖after − before‖ / ‖before‖ over every weight two saved models share (their
+    ``*.safetensors`` files): how far training moved a policy from where it started, so that a
+    trained model answering like its start can say why. Tensors are read one at a time."""
+    from safetensors import safe_open
+
+    def tensors(directory: Path) -> dict[str, Path]:
+        files = sorted(Path(directory).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{directory} holds no *.safetensors: point at a saved model.")
+        return {name: path for path in files for name in safe_open(path, "pt").keys()}
+
+    old, new = tensors(Path(before)), tensors(Path(after))
+    if set(old) != set(new):
+        raise ValueError(f"{before} and {after} hold different weights "
+                         f"({sorted(set(old) ^ set(new))[:3]} …): not one model before and after.")
+    moved = size = 0.0
+    for name in old:
+        a = safe_open(old[name], "pt").get_tensor(name).double()
+        b = safe_open(new[name], "pt").get_tensor(name).double()
+        moved, size = moved + float((b - a).square().sum()), size + float(a.square().sum())
+    return (moved / size) ** 0.5

@@ -294,7 +294,8 @@ def reward_text(rewards: dict[str, list[float]]) -> str:
 
 def changed_text(trained: dict) -> list[str]:
     """A line per benchmark saying how many greedy answers RL changed from the warm-up's (a
-    trained row equal to the warm-up's then says why: it answers every question the same)."""
+    trained row equal to the warm-up's then says why: it answers every question the same), and
+    how far RL moved the weights (``weight_change``, relative to the warm-up's): why so few."""
     lines = []
     for key, n in trained.get("changed_answers", {}).items():
         total = trained["trained"][key]["n"]
@@ -302,6 +303,9 @@ def changed_text(trained: dict) -> list[str]:
         lines += ["", f"RL ({steps:.0f} update{'s' * (steps != 1)}) changed {n} of the "
                       f"{total:.0f} greedy answers ({key}) from the warm-up's"
                       + (": the trained row repeats the warm-up's." if n == 0 else ".")]
+    if lines and "weight_change" in trained:
+        lines[-1] += (f" RL moved the trained model's weights by {100 * trained['weight_change']:.2g} %"
+                      " of the warm-up's (‖Δ‖ / ‖W‖).")
     return lines
 
 

@@ -95,6 +95,8 @@ def test_the_pipeline_runs_each_stage_once_and_promotes(project, tiny_policy_dir
         for stage in ("warmup", "trained")]
     assert changed == sum(predictions[0][i] != p for i, p in predictions[1].items())
     assert f"RL (1 update) changed {changed} of the 4 greedy answers" in first["table"]
+    moved = first["trained"]["weight_change"]  # the trained reasoner against the warm-up's weights
+    assert 0 <= moved < 0.1 and f"weights by {100 * moved:.2g} % of the warm-up's" in first["table"]
     runs = first["trained"]["benchmark_runs"]  # each benchmark's per-question predictions
     assert set(runs) == {"warmup", "trained"}
     for run_id in runs.values():

@@ -79,6 +79,9 @@ def test_pipeline_table_says_how_many_answers_rl_changed():
     trained |= {"steps_run": 16, "changed_answers": {"search_r1/world": 5}}
     assert ("RL (16 updates) changed 5 of the 24 greedy answers (search_r1/world) from the "
             "warm-up's.") in pipeline_markdown(trained, None, decision)
+    trained["weight_change"] = 4.3226e-05  # the demo's one update, as flows/rl.py measures it
+    assert ("from the warm-up's. RL moved the trained model's weights by 0.0043 % of the "
+            "warm-up's (‖Δ‖ / ‖W‖).") in pipeline_markdown(trained, None, decision)
     assert "changed" not in pipeline_markdown({"trained": {"search_r1/world": row}}, None,
                                               decision)
 
