@@ -185,6 +185,12 @@ bench-adversarial: chaining-start
 	  --judge .cache/advrag/judge/pipeline/adapter
 	$(PY) bench/learning/scoreboard.py
 
+# ARR's warm-up size chosen on dev before any RL (docs/chaining-experiments.md, the adversarial
+# protocol's declared follow-up): each size's warm-up and its dialogues on 100 dev questions.
+.PHONY: bench-arr-warmup
+bench-arr-warmup: chaining-start
+	$(PY) bench/learning/bench_arr_warmup.py --start .cache/advrag/chaining/full-3hop/rs4
+
 # The GPU workers' hash-locked environment (infra/worker/requirements.in → requirements.lock, every
 # file's sha256), resolved for the workers' Python 3.12 on x86_64 Linux; the Terraform start script
 # installs it with --require-hashes, its build tools first (build-tools.lock) so an sdist builds

@@ -654,3 +654,27 @@ def test_the_probe_study_takes_kinds_in_turn_and_counts_probes_per_kind(monkeypa
                                   "probe_f1": 1.0, "probe_origin_f1": 0.0}
     assert outcomes["two-hop"]["probe_same_answer"] == 1.0 and outcomes["all"]["probes"] == 2.0
     assert "three-hop" not in outcomes
+
+
+def test_the_arr_warmup_sizes_change_only_the_dialogue_count_and_the_best_dev_f1_is_chosen(
+        tmp_path, monkeypatch):
+    """Each size is configs/arr.yaml with the start, its own warm-up directory and that many
+    dialogues; the chosen size has the highest dev F1, the smaller one on a tie."""
+    on_path(monkeypatch, "learning")
+    import bench_arr_warmup
+
+    from advrag.config import load_config
+    from advrag.recipes.arr import ArrConfig
+
+    config = bench_arr_warmup.size_config(tmp_path / "start", 128, tmp_path / "cache")
+    base = load_config(BENCH.parent / "configs/arr.yaml", ArrConfig)
+    assert config.warmup.demonstrations == 128 and base.warmup.demonstrations == 32
+    assert config.checkpoint_dir == tmp_path / "cache/dialogues-128"
+    assert config.model_copy(update={"model": base.model, "checkpoint_dir": base.checkpoint_dir,
+                                     "warmup": base.warmup}) == base
+
+    def dev(f1):
+        return {"dev": {"f1": {"mean": f1}}}
+
+    assert bench_arr_warmup.chosen({"32": dev(0.3), "128": dev(0.5), "256": dev(0.4)}) == 128
+    assert bench_arr_warmup.chosen({"256": dev(0.5), "32": dev(0.2), "128": dev(0.5)}) == 128
