@@ -49,10 +49,10 @@ def demonstration_kinds(recipe, retriever, records) -> dict[str, int]:
     from advrag.curation.arr_demonstrations import build_arr_demonstrations
     from advrag.datasets.records import question_kind
     from advrag.engines.local.generation import ChatPrompting
-    from advrag.models.loading import load_policy
+    from advrag.models.loading import load_tokenizer
 
     c = recipe.config
-    prompting = ChatPrompting(load_policy(c.model, dtype="float32").tokenizer)
+    prompting = ChatPrompting(load_tokenizer(c.model))
     dialogues = build_arr_demonstrations(records, retriever, prompting.chat_prompt, topk=c.topk,
                                          max_turns=c.max_turns, limit=c.warmup.demonstrations)
     by_question = {r.question: question_kind(r) for r in records}
