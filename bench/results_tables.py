@@ -675,6 +675,30 @@ def judge_epochs_table(report: dict) -> Table:
               "yes" if e["epoch"] == kept else ""] for e in report["epochs"]])
 
 
+ARR_WARMUP_KINDS = ("single", "comparison", "two-hop", "three-hop")
+
+
+def arr_warmup_table(report: dict) -> Table:
+    """ARR's warm-up sizes on dev, one row each: the dialogues it learned from (per kind), its
+    SFT, and its pair's dialogue on the dev questions; the chosen size marked."""
+    def row(size: str, m: dict) -> list[str]:
+        dev, kinds = m["dev"], m["dev"]["by_kind"]
+        held = " / ".join(str(m["dialogues_by_kind"].get(k, 0)) for k in ARR_WARMUP_KINDS)
+        two_hop = kinds.get("two-hop", {})
+        return [size, held, f"{m['sft']['steps']}", interval(dev["f1"]["mean"], dev["f1"]["ci95"]),
+                *(f"{kinds[k]['f1']:.3f}" if k in kinds else "—" for k in ARR_WARMUP_KINDS),
+                f"{dev['searches']:.2f}", f"{two_hop.get('chaining_rate', float('nan')):.2f}",
+                f"{dev['format_errors']:.2f}", f"{dev['cut_turns']:.2f}",
+                f"{m['verifier'].get('verifier/flagged_wrong', float('nan')):.3f}",
+                "yes" if int(size) == report.get("chosen") else ""]
+
+    return (["dialogues", "of which single / comparison / two-hop / three-hop", "SFT steps",
+             "dev F1 [95% CI]", *(f"F1 {k}" for k in ARR_WARMUP_KINDS), "searches",
+             "chaining rate (two-hop)", "format errors", "turns cut", "verifier flagged wrong",
+             "chosen"],
+            [row(size, m) for size, m in sorted(report["sizes"].items(), key=lambda x: int(x[0]))])
+
+
 def budget_cost_table(report: dict) -> Table:
     """Old and new budgets' median update, side by side, and new / old."""
     keys = ("tokens", "seconds", "rollout_s", "update_s", "searches", "cut_turns",
@@ -726,6 +750,7 @@ TABLES: dict[str, Callable[[dict], Table]] = {
     "retrieval_server": retrieval_server_table, "protocol": protocol_table, "gar": gar_table, "gar:by_kind": gar_by_kind_table, "gar:rewards": gar_rewards_table,
     "budgets": budgets_table, "budgets:demonstrations": budgets_demonstrations_table,
     "chaining_warmup": chaining_warmup_table, "budget_cost": budget_cost_table, "judge": judge_table, "judge:epochs": judge_epochs_table,
+    "arr_warmup": arr_warmup_table,
     "scoreboard": scoreboard_table, "scoreboard:records": scoreboard_records_table,
 }
 """Kind (``:view``) → its table."""

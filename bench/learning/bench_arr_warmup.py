@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 128, 256],
                         help="warm-up dialogues, in the order they run")
     parser.add_argument("--dev", type=int, default=100, help="dev questions scored")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/arr-warmup-dev.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/arr_warmup-dev.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/advrag/bench-arr-warmup"))
     args = parser.parse_args()
     if not (args.start / "config.json").is_file():

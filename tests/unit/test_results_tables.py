@@ -78,6 +78,23 @@ def test_the_judge_epochs_table_marks_the_kept_epoch(tables, tmp_path):
     assert rows[2:4] == ["| 1 | 0.812 | 0.5123 | yes |", "| 2 | 0.700 | 0.4000 |  |"]
 
 
+def test_the_arr_warmup_table_lists_sizes_in_order_and_marks_the_chosen_one(tables, tmp_path):
+    def size(f1, two_hop):
+        kinds = {"single": {"f1": 1.0}, "two-hop": {"f1": two_hop, "chaining_rate": 0.5}}
+        return {"dialogues_by_kind": {"single": 2, "two-hop": 1}, "sft": {"steps": 3},
+                "dev": {"f1": {"mean": f1, "ci95": [f1 - 0.1, f1 + 0.1]}, "by_kind": kinds,
+                        "searches": 1.5, "format_errors": 0.25, "cut_turns": 0.0},
+                "verifier": {"verifier/flagged_wrong": 0.125}}
+
+    report = {"chosen": 128, "sizes": {"128": size(0.5, 0.25), "32": size(0.4, 0.0)}}
+    (tmp_path / "arr_warmup-test.json").write_text(json.dumps(report))
+    rows = tables.render("arr_warmup-test.json", results=tmp_path).splitlines()
+    assert rows[2] == ("| 32 | 2 / 0 / 1 / 0 | 3 | 0.400 [0.300, 0.500] | 1.000 | — | 0.000 | — "
+                       "| 1.50 | 0.50 | 0.25 | 0.00 | 0.125 |  |")
+    assert rows[3].startswith("| 128 | 2 / 0 / 1 / 0 | 3 | 0.500 [0.400, 0.600] | 1.000 | — | 0.250")
+    assert rows[3].endswith("| yes |")
+
+
 def test_a_ur2_report_is_told_apart_by_its_keys(tables, results):
     row = tables.render("ur2-test-pooled.json", results=results).splitlines()[2]
     assert row == ("| curated − start | +0.050 [-0.010, +0.110] | +0.050 [-0.010, +0.110] | "
