@@ -42,3 +42,28 @@ def test_the_site_builds_without_the_network():
     assert config["theme"]["font"] is False
     plugins = [p if isinstance(p, str) else next(iter(p)) for p in config.get("plugins", [])]
     assert not {"social", "privacy"} & set(plugins)
+
+
+def rendered(page: Path, monkeypatch) -> str:
+    """``page`` as the site renders it: its results markers expanded into their tables, then
+    mkdocs.yml's Markdown extensions."""
+    import markdown
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import results_tables
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    extensions = [e if isinstance(e, str) else next(iter(e)) for e in config["markdown_extensions"]]
+    return markdown.markdown(results_tables.expand(page.read_text()), extensions=extensions)
+
+
+def test_every_list_and_results_table_renders_as_one(monkeypatch):
+    """Python-Markdown ends a list at a paragraph indented less than 4 spaces and starts none
+    straight after a paragraph line, so a list item would show as text "- …"; a table indented
+    as code would show as a code block."""
+    for page in PAGES[1:]:
+        html = rendered(page, monkeypatch)
+        paragraphs = re.findall(r"<p>(.*?)</p>", html, re.S)
+        as_text = [p[:70] for p in paragraphs if re.search(r"(^|\n)\s*- ", p)]
+        assert not as_text, f"{page.relative_to(ROOT)}: list items shown as text: {as_text}"
+        assert "<code>| " not in html, f"{page.relative_to(ROOT)}: a table shown as code"
