@@ -43,7 +43,7 @@ from advrag.agents.arr import (
 from advrag.agents.prompts import FEEDBACK_CLOSE, INFO_OPEN
 from advrag.agents.types import Trajectory
 from advrag.common.types import Retriever
-from advrag.curation.demonstrations import fact_phrase, hop_query
+from advrag.curation.demonstrations import fact_phrase, hop_query, plan_sentence
 from advrag.datasets.records import QARecord
 
 FINAL_PREDICTOR_MARK = "The rollout text of the reasoner and verifier is:"
@@ -84,13 +84,21 @@ def _checked(hop: dict) -> str:
     return f"The feedback gives {_sought(hop)}: {hop['object']}."
 
 
-def reasoner_message(chain: Sequence[dict], done: int, answer: str, *, final: bool) -> str:
-    """The reasoner's message after ``done`` hops: search the next hop, or answer."""
+def _first_thought(chain: Sequence[dict], plan: str | None) -> str:
+    """The thought before the first search: the plan (when the dialogue states one), then
+    what the first hop needs."""
+    return _need(chain[0]) if plan is None else f"{plan} {_need(chain[0])}"
+
+
+def reasoner_message(chain: Sequence[dict], done: int, answer: str, *, final: bool,
+                     plan: str | None = None) -> str:
+    """The reasoner's message after ``done`` hops: search the next hop, or answer. ``plan``:
+    the question's facts, stated before the first search (``plan_sentence``)."""
     parts = [f"<verify> {_checked(chain[done - 1])} </verify>"] if done else []
     facts = " ".join(_found(h) for h in chain[:done])
     if final or done == len(chain):
         return "\n".join([*parts, f"<think> {facts} </think>", f"<answer> {answer} </answer>"])
-    thought = f"{_found(chain[done - 1])} {_need(chain[done])}" if done else _need(chain[0])
+    thought = f"{_found(chain[done - 1])} {_need(chain[done])}" if done else _first_thought(chain, plan)
     return "\n".join([*parts, f"<think> {thought} </think>",
                       f"<search> {_query(chain[done])} </search>"])
 
@@ -117,10 +125,12 @@ def verifier_message(hop: dict, doc: int | None) -> str:
 class _Scripted:
     """Both agents of a demonstration dialogue: each message is written from the record's chain."""
 
-    def __init__(self, records: Sequence[QARecord], chat_prompt: Callable[[str], str]):
+    def __init__(self, records: Sequence[QARecord], chat_prompt: Callable[[str], str],
+                 plan: bool):
         # longest question first, so a question that contains another is matched as itself
         self.records = sorted(records, key=lambda r: -len(r.question))
         self._chat_prompt = chat_prompt
+        self.plan = plan
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return self._chat_prompt(user)
@@ -139,10 +149,17 @@ class _Scripted:
             return (f"<verify> The evidence supports the answer {answer}. </verify>\n"
                     f"<final_answer> {answer} </final_answer>")
         if stop == REASONER_STOP:
-            return reasoner_message(chain, prompt.count(FEEDBACK_CLOSE), answer, final=False)
+            return reasoner_message(chain, prompt.count(FEEDBACK_CLOSE), answer, final=False,
+                                    plan=self._plan(record, chain))
         if FINAL_PREDICTOR_MARK in prompt:
             return f"<answer> {answer} </answer>"
         return reasoner_message(chain, len(chain), answer, final=True)  # the forced answer
+
+    def _plan(self, record: QARecord, chain: list[dict]) -> str | None:
+        """The plan the reasoner states first, for a world question with ``plan`` on."""
+        if not self.plan or "chain" not in record.metadata:
+            return None
+        return plan_sentence(chain, record.metadata.get("type") == "comparison")
 
 
 def _kept(dialogue: Dialogue, record: QARecord) -> bool:
@@ -157,7 +174,7 @@ def _kept(dialogue: Dialogue, record: QARecord) -> bool:
 
 def build_arr_demonstrations(
     records: Sequence[QARecord], retriever: Retriever, chat_prompt: Callable[[str], str], *,
-    topk: int, max_turns: int, limit: int | None = None,
+    topk: int, max_turns: int, limit: int | None = None, plan: bool = False,
 ) -> list[Dialogue]:
     """Grounded demonstration dialogues for ``records`` (in order, at most ``limit``).
 
@@ -167,9 +184,12 @@ def build_arr_demonstrations(
         topk, max_turns: the rollouts' settings; chains of ``max_turns`` hops or
             more (no turn left to answer) are skipped. A question without a chain
             searches itself (``record_chain``).
+        plan: the reasoner's first thought states the question's facts first, as the
+            single agent's demonstrations do ("Two facts: the spouse of X, then the
+            profession of that person."); a question without a chain states none.
     """
     usable = [r for r in records if len(record_chain(r)) < max_turns]
-    agents = _Scripted(usable, chat_prompt)
+    agents = _Scripted(usable, chat_prompt, plan)
     dialogues = run_arr_dialogue([r.question for r in usable], agents, agents, retriever,
                                  max_turns=max_turns, topk=topk, max_new_tokens=1)
     kept = [d for d, r in zip(dialogues, usable) if _kept(d, r)]

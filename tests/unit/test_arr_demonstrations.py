@@ -123,3 +123,35 @@ def test_demonstrations_earn_full_reward_and_credit_the_grounded_response():
     assert [(a.turn, a.name) for a in critiques] == [
         (0, "verify"), (0, "response"), (1, "verify"), (1, "response"), (2, "verify")]
     assert "diplomat" in critiques[3].text  # the response of the hop whose documents hold the gold
+
+
+def test_a_planned_dialogue_states_the_questions_facts_before_its_first_search_only():
+    """With ``plan`` the first thought names both facts (the second by what the first finds),
+    as the single agent's demonstrations do; every later message is the unplanned one; a
+    question without a chain states no plan."""
+    retriever = KeywordRetriever(CORPUS)
+    (plain,) = build_arr_demonstrations([TWO_HOP], retriever, chat, topk=2, max_turns=3)
+    (planned,) = build_arr_demonstrations([TWO_HOP], retriever, chat, topk=2, max_turns=3,
+                                          plan=True)
+    first, *later = policy_texts(planned.reasoner)
+    assert first == ("<think> Two facts: the spouse of Leissti Naperkram, then the profession of "
+                     "that person. I need the spouse of Leissti Naperkram. </think>\n"
+                     "<search> Leissti Naperkram spouse </search>")
+    assert later == policy_texts(plain.reasoner)[1:]
+    assert policy_texts(planned.verifier) == policy_texts(plain.verifier)
+    (own,) = build_arr_demonstrations([NO_CHAIN], retriever, chat, topk=2, max_turns=2, plan=True)
+    (own_plain,) = build_arr_demonstrations([NO_CHAIN], retriever, chat, topk=2, max_turns=2)
+    assert policy_texts(own.reasoner) == policy_texts(own_plain.reasoner)
+
+
+def test_the_recipe_plans_its_warm_up_when_asked_and_a_planned_warm_up_is_told_apart():
+    """``warmup_plan`` reaches the dialogues, and a planned warm-up carries ``plan`` in its
+    settings, so an unplanned one cached under the same directory is refused, not reused; an
+    unplanned warm-up's settings are those made before the setting existed."""
+    from advrag.recipes.arr import ArrConfig, ArrRecipe
+
+    plain, planned = (ArrRecipe(ArrConfig(warmup_plan=p)) for p in (False, True))
+    reasoner, _verifier, _final = planned.demonstrations([TWO_HOP], KeywordRetriever(CORPUS), chat)
+    assert "Two facts: the spouse of Leissti Naperkram" in policy_texts(reasoner)[0]
+    assert "plan" not in plain.warmup_settings()
+    assert planned.warmup_settings() == plain.warmup_settings() | {"plan": True}

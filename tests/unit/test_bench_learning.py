@@ -673,6 +673,9 @@ def test_the_arr_warmup_sizes_change_only_the_dialogue_count_and_the_best_dev_f1
     assert config.model_copy(update={"model": base.model, "checkpoint_dir": base.checkpoint_dir,
                                      "warmup": base.warmup}) == base
 
+    planned = bench_arr_warmup.size_config(tmp_path / "start", 32, tmp_path / "cache", plan=True)
+    assert planned.warmup_plan and planned.checkpoint_dir == tmp_path / "cache/dialogues-32-plan"
+
     def dev(f1):
         return {"dev": {"f1": {"mean": f1}}}
 

@@ -65,6 +65,10 @@ class ArrConfig(RLRunConfig):
         default_factory=lambda: ["think"], min_length=1,
         description="Reasoner actions whose entropy trend gives the impact (A_sub^r).",
     )
+    warmup_plan: bool = Field(False, description="The warm-up's reasoner states the question's "
+                              "facts before its first search, as the single agent's "
+                              "demonstrations do (curation.arr_demonstrations); false = the "
+                              "dialogues the adversarial protocol declared.")
     adversarial_reward: bool = Field(True, description="Eq. 5's bonus; false = 'w/o adv-out'.")
     process_advantage: bool = Field(True, description="Eqs. 6–9; false = 'w/o proc-adv'.")
     format_penalty: float = Field(0.2, ge=0, description="Subtracted once from an agent's "

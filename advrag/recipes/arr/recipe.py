@@ -64,8 +64,13 @@ class ArrRecipe(Curated, Exploring, Recipe):
         c = self.config
         dialogues = build_arr_demonstrations(records, retriever, chat_prompt, topk=c.topk,
                                              max_turns=c.max_turns,
-                                             limit=c.warmup.demonstrations)
+                                             limit=c.warmup.demonstrations, plan=c.warmup_plan)
         return demonstration_trajectories(dialogues)
+
+    def warmup_settings(self) -> dict:
+        """The shared settings, and ``plan`` where the dialogues state it (absent otherwise, so
+        a warm-up made before the setting existed is still reused)."""
+        return super().warmup_settings() | ({"plan": True} if self.config.warmup_plan else {})
 
     def episode_shape(self, max_turns: int) -> EpisodeShape:
         """Either agent's context of one dialogue (``agents.arr``), bounded by both agents'
