@@ -9,6 +9,10 @@ FILE...`` prints the tables of results files, to see one before writing its mark
 plain Markdown that nothing builds, holds generated blocks instead (the marker, the table, then
 ``<!-- /results -->``): ``--readme`` makes them again, and a test fails when one is stale.
 
+Over DESIGN.md's 800 lines on purpose, for now: it is the mkdocs hook, loaded by path, so its
+tables cannot yet live in sibling modules without the hook importing them by path too; each
+table is one small function, found through ``TABLES``. The split is planned.
+
 A file's kind is its name up to the first ``-`` (``update-amx.json`` is an ``update``), except
 the UR² reports, told apart by their keys. Each kind has one function below that turns a report
 into a header and rows; derived columns (ratios, shares) are computed here from the measured
